@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Container entry point: ``python3 fixes/apply_all.py --profile v0.26.0 [OPT-IN ...]``.
+
+The same as ``fixpack apply ARGS``, run from a cookbook checkout with plain ``python3``: the
+fixpack package beside this folder is used without being installed.
+"""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REQUIREMENTS = {"click": "click>=8", "packaging": "packaging>=21", "unidiff": "unidiff>=0.7"}
+if sys.version_info < (3, 11):
+    REQUIREMENTS["tomli"] = "tomli>=1.1"
+
+
+def main() -> None:
+    missing = []
+    for module, requirement in REQUIREMENTS.items():
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(requirement)
+    if missing:
+        print(
+            f"fixpack: error: missing Python packages; install them with:\n"
+            f"  {Path(sys.executable).name} -m pip install {' '.join(repr(m) for m in missing)}",
+            file=sys.stderr,
+        )
+        sys.exit(3)
+    sys.path.insert(0, str(ROOT))
+    from fixpack.cli import run_apply_all
+
+    run_apply_all(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Proof for hybrid-decode-pad.
+
+Runs the tree's real ``HPUModelRunner.initialize_kv_cache`` on a small GDN-hybrid KV cache config
+(one full-attention group and one GDN group, 1152-token scheduler blocks split into 128-token
+kernel blocks), then the real ``HPUModelRunner._create_decode_input_data`` for one live decode
+padded to a batch of 4, and writes the padded batch into the attention cache that
+``initialize_kv_cache`` allocated with the real ``VLLMKVCache.forward``. The block table is built
+with vLLM's real ``BlockTable.map_to_kernel_blocks``.
+
+The bug: the pad block id is the scheduler-block count, but the attention cache is indexed by
+kernel blocks, so the padding rows land in a live kernel block and overwrite a request's K/V.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import os
+import types
+from typing import Any, Optional
+from unittest import mock
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
+
+from fixpack.proofkit import Trees, load_function
+
+RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
+EXT_UTILS = "vllm_gaudi/extension/utils.py"
+BLOCK_TABLE = "vllm/v1/worker/block_table.py"
+
+NUM_BLOCKS = 20  # scheduler (KV-manager) blocks per layer
+SPEC_BLOCK = 1152  # Qwen3.5-style inflated scheduler block size
+KERNEL_BLOCK = 128  # HPU attention kernel block size
+BPK = SPEC_BLOCK // KERNEL_BLOCK
+HEADS, HEAD_SIZE = 1, 4
+
+
+class FullAttentionSpec:
+
+    def __init__(self, block_size: int, num_kv_heads: int, head_size: int, dtype: torch.dtype):
+        self.block_size, self.num_kv_heads, self.head_size, self.dtype = block_size, num_kv_heads, head_size, dtype
+        self.page_size_bytes = 2 * block_size * num_kv_heads * head_size * dtype.itemsize
+
+
+class MambaSpec:
+
+    def __init__(self, block_size: int, page_size_bytes: int):
+        self.block_size, self.page_size_bytes = block_size, page_size_bytes
+        self.shapes, self.dtypes = ((2, 3), (2, 4, 4)), (torch.bfloat16, torch.float32)
+        self.mamba_type = "gdn_attention"
+
+
+class EncoderOnlyAttentionSpec:
+    pass
+
+
+class UniformTypeKVCacheSpecs:
+    pass
+
+
+class StandIn(types.SimpleNamespace):
+    """The runner's ``self``: only the attributes the two methods read."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"proof stand-in runner has no attribute {name!r}; the method now reads it")
+
+
+def _kv_cache_config() -> types.SimpleNamespace:
+    attn = FullAttentionSpec(SPEC_BLOCK, HEADS, HEAD_SIZE, torch.bfloat16)
+    gdn = MambaSpec(SPEC_BLOCK, attn.page_size_bytes)
+    return types.SimpleNamespace(
+        num_blocks=NUM_BLOCKS,
+        # vLLM orders groups by first layer; Qwen3.5's layer 0 is a GDN layer.
+        kv_cache_groups=[
+            types.SimpleNamespace(kv_cache_spec=gdn, layer_names=["layers.0.linear_attn"]),
+            types.SimpleNamespace(kv_cache_spec=attn, layer_names=["layers.3.self_attn.attn"]),
+        ],
+        kv_cache_tensors=[
+            types.SimpleNamespace(size=NUM_BLOCKS * attn.page_size_bytes,
+                                  shared_by=["layers.0.linear_attn", "layers.3.self_attn.attn"]),
+        ],
+    )
+
+
+def _kernel_block_ids(trees: Trees, scheduler_blocks: list[int]) -> list[int]:
+    ids = np.array(scheduler_blocks, dtype=np.int32)
+    arange = np.arange(BPK, dtype=np.int32).reshape(1, -1)
+    if trees.vllm is not None:
+        map_to_kernel_blocks = load_function(trees.vllm / BLOCK_TABLE, "BlockTable.map_to_kernel_blocks", {})
+        return map_to_kernel_blocks(ids, BPK, arange).tolist()
+    return (ids.reshape(-1, 1) * BPK + arange).reshape(-1).tolist()
+
+
+def check(trees: Trees) -> None:
+    assert trees.vllm_gaudi is not None, "needs the vllm-gaudi tree"
+    runner_py = trees.vllm_gaudi / RUNNER
+    bound: dict[str, Any] = {}
+
+    def bind_kv_cache(kv_caches: dict[str, Any], ctx: Any, runner_kv_caches: list[Any]) -> None:
+        bound.update(kv_caches)
+
+    def get_kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_size: int) -> tuple[int, ...]:
+        return get_shape(num_blocks, block_size, num_kv_heads, head_size)
+
+    get_shape = load_function(trees.vllm_gaudi / "vllm_gaudi/attention/ops/hpu_paged_attn.py",
+                              "HPUPagedAttention.get_kv_cache_shape", {})
+    ns: dict[str, Any] = {
+        "torch": torch, "np": np, "os": os, "math": math, "itertools": itertools, "F": F, "copy": copy,
+        "deepcopy": copy.deepcopy, "replace": None, "pad_sequence": pad_sequence, "Optional": Optional,
+        "Any": Any, "logger": mock.MagicMock(), "htorch": mock.MagicMock(),
+        "KVCacheConfig": object, "KVCacheSpec": object, "FullAttentionSpec": FullAttentionSpec,
+        "MambaSpec": MambaSpec, "EncoderOnlyAttentionSpec": EncoderOnlyAttentionSpec,
+        "UniformTypeKVCacheSpecs": UniformTypeKVCacheSpecs, "_GDN_MAMBA_TYPES": ("gdn_attention", "linear_attention"),
+        "maybe_set_mamba_kv_cache_groups_ids": lambda model, cfg: None,
+        # vLLM's prepare_kernel_block_sizes for these specs: attention splits to the
+        # backend's 128-token kernel block, mamba keeps its block size.
+        "prepare_kernel_block_sizes": lambda cfg, groups: [SPEC_BLOCK, KERNEL_BLOCK],
+        "get_dtype_size": lambda dtype: dtype.itemsize, "bind_kv_cache": bind_kv_cache,
+        "has_kv_transfer_group": lambda: False, "get_kv_transfer_group": None, "copy_kv_blocks": None,
+        "async_h2d_copy": lambda source, dest_tensor=None, dtype=None, device="hpu": source,
+        "DecodeInputData": types.SimpleNamespace, "MRotaryEmbedding": None,
+        "compute_prefix_caching_block_indices": None,
+    }
+    captured: dict[str, Any] = {}
+
+    def make_decode_metadata(**kwargs: Any) -> dict[str, Any]:
+        captured.update(kwargs)
+        return kwargs
+
+    ns["HPUAttentionMetadataV1"] = types.SimpleNamespace(make_decode_metadata=make_decode_metadata)
+
+    runner = StandIn(
+        _compact_gdn_group_ids=set(), _compact_gdn_group_offset={}, _compact_gdn_enabled=True,
+        _original_max_num_seqs=4, _gdn_req_to_base_slot={}, _gdn_slot_free_list=[],
+        maybe_add_kv_sharing_layers_to_kv_cache_groups=lambda cfg: None,
+        may_add_encoder_only_layers_to_kv_cache_config=lambda: None,
+        initialize_attn_backend=lambda cfg: None, may_reinitialize_input_batch=lambda cfg, sizes: None,
+        num_mamba_like_layers=1, num_gdn=1, model=None, attn_groups=[[], []], use_hybrid_cache=True,
+        use_naive_mamba_cache_sharing=False, device="cpu", block_size=KERNEL_BLOCK, attn_block_size=KERNEL_BLOCK,
+        attn_backend=types.SimpleNamespace(get_kv_cache_shape=get_kv_cache_shape), runner_only_attn_layers=set(),
+        shared_kv_cache_layers={}, kv_caches=[], enable_bucketing=False,
+        vllm_config=types.SimpleNamespace(compilation_config=types.SimpleNamespace(static_forward_context={}),
+                                          cache_config=types.SimpleNamespace(block_size=SPEC_BLOCK)),
+    )
+    initialize_kv_cache = load_function(runner_py, "HPUModelRunner.initialize_kv_cache", ns)
+    initialize_kv_cache(runner, _kv_cache_config())
+
+    key_cache = bound["layers.3.self_attn.attn"][0]
+    total_kernel_blocks = key_cache.shape[0] // KERNEL_BLOCK
+    assert total_kernel_blocks == NUM_BLOCKS * BPK + 1, f"unexpected attention cache shape {key_cache.shape}"
+
+    # One live request owns scheduler blocks 1 and 2 (kernel blocks 9..26) and holds 1500
+    # tokens of K/V; it decodes token 1500. Scheduler block 0 is vLLM's null block.
+    context_len = 1500
+    owned = [1, 2]
+    kernel_ids = _kernel_block_ids(trees, owned)
+    block_table = torch.zeros((4, len(kernel_ids)), dtype=torch.int32)
+    block_table[0] = torch.tensor(kernel_ids, dtype=torch.int32)
+    live_slots = torch.tensor([kernel_ids[p // KERNEL_BLOCK] * KERNEL_BLOCK + p % KERNEL_BLOCK
+                               for p in range(context_len)])
+    live_kv = torch.arange(1, context_len + 1, dtype=torch.bfloat16).reshape(-1, 1, 1).expand(-1, HEADS, HEAD_SIZE)
+    key_cache.index_copy_(0, live_slots, live_kv)
+    before = key_cache[live_slots].clone()
+
+    resolve_block = load_function(runner_py, "HPUModelRunner._resolve_block", ns)
+    resolve_all_blocks = load_function(runner_py, "HPUModelRunner._resolve_all_blocks", ns)
+    runner.__dict__.update(
+        _resolve_block=types.MethodType(resolve_block, runner),
+        _resolve_all_blocks=types.MethodType(resolve_all_blocks, runner),
+        bucketing_manager=types.SimpleNamespace(find_decode_bucket=lambda bs, blocks, seek=False: (4, None, blocks)),
+        get_dp_padding=lambda n: 0, positions_cpu=torch.tensor([context_len], dtype=torch.int64),
+        input_ids_cpu=torch.tensor([7], dtype=torch.int32), uses_mrope=False, pin_memory=False,
+        get_habana_paged_attn_buffers=lambda *a, **k: (torch.zeros(1), torch.zeros(1), torch.zeros(1)),
+        interleaved_sliding_window=False, model_has_chunked_attention=False, use_async_scheduling=False,
+        # GDN state metadata does not touch the attention slot mapping.
+        num_mamba_like_layers=0,
+    )
+    create_decode_input_data = load_function(runner_py, "HPUModelRunner._create_decode_input_data", ns)
+    create_decode_input_data(runner, 1, [1], np.array([context_len]), block_table)
+    slot_mapping = captured["slot_mapping"].reshape(-1).to(torch.int64)
+    assert slot_mapping.shape[0] == 4, f"expected a decode batch padded to 4, got {slot_mapping.tolist()}"
+
+    # Write the padded decode batch into the cache as the attention layer does.
+    kv_write = load_function(trees.vllm_gaudi / EXT_UTILS, "VLLMKVCache.forward", ns)
+    new_kv = torch.full((4, HEADS, HEAD_SIZE), -1.0, dtype=torch.bfloat16)
+    kv_write(None, new_kv, key_cache, slot_mapping)
+
+    pad_slots = slot_mapping[1:].tolist()
+    pad_block = runner._PAD_BLOCK_ID
+    live_kernel_blocks = set(range(BPK, NUM_BLOCKS * BPK))  # every non-null scheduler block's kernel blocks
+    hit = sorted({s // KERNEL_BLOCK for s in pad_slots if s // KERNEL_BLOCK in live_kernel_blocks})
+    changed = (key_cache[live_slots] != before).any(dim=-1).any(dim=-1).nonzero().reshape(-1).tolist()
+    assert not hit and not changed, (
+        f"pad block id {pad_block} is a live kernel block (scheduler block {pad_block // BPK}): the padded decode rows "
+        f"wrote slots {pad_slots} and overwrote a live request's K/V at token positions {changed}; the attention "
+        f"cache's spare kernel block is {total_kernel_blocks - 1}")
+    assert all(s // KERNEL_BLOCK == total_kernel_blocks - 1 for s in pad_slots), (
+        f"pad slots {pad_slots} are not in the spare kernel block {total_kernel_blocks - 1}")
+    assert runner._PAD_SLOT_ID == pad_block * KERNEL_BLOCK
+

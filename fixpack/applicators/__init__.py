@@ -1,0 +1,1 @@
+"""Applicators turn a change into new file bytes: pure functions, bytes in and bytes out."""

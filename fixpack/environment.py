@@ -1,0 +1,150 @@
+"""The installed distributions fixes edit: found through their metadata, never imported.
+
+``--site DIR`` looks only in DIR (a site-packages-like folder with ``*.dist-info``); otherwise the
+running interpreter's path is searched. A non-editable install keeps its files beside its
+dist-info; an editable one (``direct_url.json`` says ``"editable": true``) keeps them in the
+checkout its URL names.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.metadata as md
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from . import commits
+from .commits import Commit
+from .errors import EnvironmentProblem
+
+STATE_DIR_NAME = ".fixpack"
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass
+class Distribution:
+    name: str  # canonical: "vllm-gaudi"
+    package: str  # the import package fixes edit: "vllm_gaudi"
+    version: str
+    dist_info: Path
+    files_root: Path  # where ``<package>/...`` lives: site-packages, or the editable checkout
+    editable: bool
+    commit: Commit
+    _record: dict[str, str] | None = field(default=None, repr=False)
+
+    def file(self, path: str) -> Path:
+        return self.files_root / path
+
+    @property
+    def site(self) -> Path:
+        return self.dist_info.parent
+
+    def record_hash(self, path: str) -> str | None:
+        """sha256 (hex) that pip's RECORD gives for ``path``, if it lists one."""
+        if self._record is None:
+            self._record = {}
+            try:
+                text = (self.dist_info / "RECORD").read_text(encoding="utf-8")
+            except OSError:
+                text = ""
+            for line in text.splitlines():
+                parts = line.rsplit(",", 2)
+                if len(parts) == 3 and parts[1].startswith("sha256="):
+                    digest = base64.urlsafe_b64decode(parts[1][7:] + "==").hex()
+                    self._record[parts[0]] = digest
+        return self._record.get(path)
+
+
+def _editable_root(dist: md.Distribution) -> Path | None:
+    try:
+        info = json.loads(dist.read_text("direct_url.json") or "{}")
+    except ValueError:
+        return None
+    if not info.get("dir_info", {}).get("editable"):
+        return None
+    url = urlparse(info.get("url", ""))
+    return Path(unquote(url.path)) if url.scheme == "file" else None
+
+
+def _read(dist: md.Distribution, package: str) -> Distribution:
+    dist_info = Path(getattr(dist, "_path", dist.locate_file("")))
+    editable_root = _editable_root(dist)
+    files_root = editable_root or Path(dist.locate_file(""))
+    version = dist.version
+    commit = _commit(dist, files_root / package / "_version.py", version, editable_root)
+    return Distribution(
+        name=canonical(dist.metadata["Name"]),
+        package=package,
+        version=version,
+        dist_info=dist_info,
+        files_root=files_root,
+        editable=editable_root is not None,
+        commit=commit,
+    )
+
+
+def _commit(dist: md.Distribution, version_py: Path, version: str, editable_root: Path | None) -> Commit:
+    found = commits.from_version_py(version_py)
+    if found:
+        return Commit(found, f"{version_py.name} __commit_id__")
+    found = commits.from_local_version(version)
+    if found:
+        return Commit(found, "local version label")
+    found = commits.from_direct_url(dist.read_text("direct_url.json"))
+    if found:
+        return Commit(found, "direct_url.json vcs_info")
+    if editable_root is not None:
+        found = commits.from_git_checkout(editable_root)
+        if found:
+            return Commit(found, f"git checkout {editable_root}")
+    return Commit(None, "not recorded in the install")
+
+
+@dataclass
+class Environment:
+    """The distributions found, by canonical name, and where fixpack keeps its state for them."""
+
+    site: Path | None
+    found: dict[str, Distribution]
+    wanted: tuple[str, ...]
+
+    @classmethod
+    def read(cls, packages: dict[str, str], site: Path | None = None) -> Environment:
+        """Find each distribution of ``packages`` (canonical name -> import package)."""
+        if site is not None and not site.is_dir():
+            raise EnvironmentProblem(f"--site {site}: no such directory")
+        found: dict[str, Distribution] = {}
+        wanted = {canonical(n): pkg for n, pkg in packages.items()}
+        for name, package in wanted.items():
+            # The finder matches dist-info names, so nothing else on the path is read.
+            query = {"name": name} if site is None else {"name": name, "path": [str(site)]}
+            for dist in md.distributions(**query):
+                found[name] = _read(dist, package)
+                break  # the first on the path wins, as for imports
+        return cls(site, found, tuple(wanted))
+
+    def get(self, name: str) -> Distribution:
+        name = canonical(name)
+        if name not in self.found:
+            where = f"in {self.site}" if self.site else "in this interpreter's path (use --site DIR?)"
+            raise EnvironmentProblem(f"distribution {name} is not installed {where}")
+        return self.found[name]
+
+    @property
+    def state_dir(self) -> Path:
+        """``.fixpack`` beside the dist-info of the first distribution (by name) that is installed.
+
+        One place per environment: lock, journal and manifest live there together.
+        """
+        if self.site is not None:
+            return self.site / STATE_DIR_NAME
+        for name in sorted(self.wanted):
+            if name in self.found:
+                return self.found[name].site / STATE_DIR_NAME
+        raise EnvironmentProblem(f"none of {', '.join(sorted(self.wanted))} is installed in this interpreter's path")

@@ -1,0 +1,33 @@
+"""Hashes of files, and the state each installed file is in with respect to a change."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+
+
+def sha256(content: bytes | None) -> str | None:
+    return None if content is None else hashlib.sha256(content).hexdigest()
+
+
+def of(content: bytes | None) -> str:
+    """A change's fingerprint of a file: an absent file counts as the empty one."""
+    return hashlib.sha256(content if content is not None else b"").hexdigest()
+
+
+class State(str, enum.Enum):
+    PRISTINE = "pristine"  # the hash before the change: it can be applied
+    APPLIED = "applied"  # the hash after it: nothing to do
+    DRIFTED = "drifted"  # neither: refuse, and show how it differs
+    MISSING = "missing"  # absent, and the change does not create it
+
+
+def state_of(installed: str | None, before: str | None, after: str | None) -> State:
+    """Classify an installed file's hash (``None``: absent) against a change's before and after."""
+    if installed == after:
+        return State.APPLIED
+    if installed == before:
+        return State.PRISTINE
+    if installed is None:
+        return State.MISSING
+    return State.DRIFTED

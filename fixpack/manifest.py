@@ -1,0 +1,66 @@
+"""The manifest: what fixpack applied to an environment, kept in its state directory."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+FORMAT = 1
+FILE_NAME = "manifest.json"
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    dist: str
+    pristine: str | None  # sha256 of the release's file; None if the plan created it
+    applied: str | None  # sha256 after the plan; None if the plan deleted it
+    fixes: tuple[str, ...]  # the fixes whose changes made it so, in order
+
+
+@dataclass(frozen=True)
+class Manifest:
+    profile: str | None = None
+    release: str | None = None
+    fixes: tuple[str, ...] = ()
+    files: dict[str, FileRecord] = field(default_factory=dict)
+    time: str = ""
+
+    @property
+    def empty(self) -> bool:
+        return not self.fixes
+
+    def to_bytes(self) -> bytes:
+        data = {
+            "format": FORMAT,
+            "profile": self.profile,
+            "release": self.release,
+            "fixes": list(self.fixes),
+            "time": self.time or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "files": {
+                path: {"dist": r.dist, "pristine": r.pristine, "applied": r.applied, "fixes": list(r.fixes)}
+                for path, r in sorted(self.files.items())
+            },
+        }
+        return (json.dumps(data, indent=2) + "\n").encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes | None) -> Manifest:
+        if not raw:
+            return cls()
+        data = json.loads(raw)
+        if data.get("format") != FORMAT:
+            raise ValueError(f"manifest format {data.get('format')!r} is not {FORMAT}")
+        files = {
+            path: FileRecord(r["dist"], r["pristine"], r["applied"], tuple(r["fixes"]))
+            for path, r in data.get("files", {}).items()
+        }
+        return cls(data.get("profile"), data.get("release"), tuple(data.get("fixes", ())), files, data.get("time", ""))
+
+    def same_content(self, other: Manifest) -> bool:
+        return (self.profile, self.release, self.fixes, self.files) == (
+            other.profile,
+            other.release,
+            other.fixes,
+            other.files,
+        )

@@ -1,0 +1,120 @@
+"""The words of fixpack as frozen data: no I/O here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PROOF_LEVELS = ("demonstrated", "partial", "none")
+UPSTREAM_STATUSES = ("pending", "submitted", "backport", "inappropriate", "upstream")
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """sha256 of one file: in the release (``pristine``), before and after this change in pack order."""
+
+    pristine: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class Change:
+    """One file edit of a fix on one release."""
+
+    fix_id: str
+    release: str
+    path: str  # as in the upstream repository, e.g. vllm_gaudi/v1/worker/hpu_model_runner.py
+    patch: str  # the unified diff of this one file, text as stored
+    fingerprint: Fingerprint | None  # None until ``fixpack lock`` has run
+    creates: bool = False
+    deletes: bool = False
+
+
+@dataclass(frozen=True)
+class Upstream:
+    status: str
+    ref: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Proof:
+    level: str  # one of PROOF_LEVELS, as the fix claims it
+    reason: str = ""
+    script: str | None = None  # path of proof.py, when the fix has one
+
+
+@dataclass(frozen=True)
+class Fix:
+    id: str
+    title: str
+    why: str
+    requires: tuple[str, ...]
+    conflicts: tuple[str, ...]
+    opt_in: bool
+    upstream: Upstream
+    proof: Proof
+    verified_on: str
+    changes: dict[str, tuple[Change, ...]] = field(default_factory=dict)  # release -> changes
+    source: str = ""  # the fix's directory, for messages
+
+    @property
+    def releases(self) -> tuple[str, ...]:
+        return tuple(self.changes)
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A distribution a release pins: name, import package, version and accepted commits."""
+
+    dist: str
+    package: str
+    version: str
+    commits: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    release: str
+    description: str
+    pins: tuple[Pin, ...]
+    pack: tuple[str, ...]  # every fix of the release, opt-ins in their slots, in pack order
+    opt_ins: tuple[str, ...]  # the pack's fixes that are applied only when named
+
+    @property
+    def default_fixes(self) -> tuple[str, ...]:
+        return tuple(f for f in self.pack if f not in self.opt_ins)
+
+    def pin_for_path(self, path: str) -> Pin | None:
+        top = path.split("/", 1)[0]
+        return next((p for p in self.pins if p.package == top), None)
+
+
+@dataclass(frozen=True)
+class PlannedChange:
+    change: Change
+    dist: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A profile and opt-ins resolved to fixes in pack order, and their changes in that order."""
+
+    profile: Profile
+    fixes: tuple[Fix, ...]
+    pulled_in: dict[str, str]  # fix id -> the fix that required it, for fixes not asked for
+    changes: tuple[PlannedChange, ...]
+
+    @property
+    def fix_ids(self) -> tuple[str, ...]:
+        return tuple(f.id for f in self.fixes)
+
+    def paths(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for pc in self.changes:
+            seen.setdefault(pc.change.path, None)
+        return tuple(seen)
+
+    def changes_for(self, path: str) -> tuple[PlannedChange, ...]:
+        return tuple(pc for pc in self.changes if pc.change.path == path)

@@ -1,0 +1,366 @@
+"""The commands' recipes: apply, status and revert, from the environment to a result.
+
+Each reads the environment, recovers an interrupted transaction, works out every new file content
+in memory (compose), and only then, all checks passed, hands the writes to the transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import commits, compose, transaction
+from .catalog import Catalog, suggest
+from .compose import Base, ChangeFailed
+from .environment import Distribution, Environment
+from .errors import FixpackError, Refused, UsageError
+from .fingerprint import State, sha256
+from .manifest import FILE_NAME, FileRecord, Manifest
+from .model import Change, Fix, Plan, Profile
+from .plan import resolve
+
+
+@dataclass
+class FixResult:
+    id: str
+    action: str  # applied | already-applied | would-apply | refused | reverted | would-revert
+    reason: str | None = None
+    files: list[tuple[str, int, int]] = field(default_factory=list)  # path, lines added, removed
+    pulled_in_by: str | None = None
+
+
+@dataclass
+class Result:
+    command: str
+    profile: str | None
+    fixes: list[FixResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # facts worth a line: commits, recovery
+    error: FixpackError | None = None
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.error is None else self.error.exit_code
+
+
+@dataclass
+class FileState:
+    path: str
+    dist: Distribution
+    current: bytes | None
+    base: Base
+
+
+def _environment(profile: Profile, site: Path | None) -> tuple[Environment, dict[str, Distribution]]:
+    env = Environment.read({p.dist: p.package for p in profile.pins}, site)
+    return env, {p.dist: env.get(p.dist) for p in profile.pins}
+
+
+def check_commits(profile: Profile, dists: dict[str, Distribution], allow_unpinned: bool) -> list[str]:
+    """Refuse a known commit the profile does not accept; say where each commit came from."""
+    from packaging.version import InvalidVersion, Version
+
+    notes = []
+    for pin in profile.pins:
+        dist = dists[pin.dist]
+        try:
+            version_ok = Version(dist.version).public == Version(pin.version).public
+        except InvalidVersion:
+            version_ok = False
+        commit = dist.commit
+        if commit.id is None:
+            notes.append(f"{pin.dist} {dist.version}: commit could not be read ({commit.source}); file fingerprints decide")
+            ok = version_ok
+        else:
+            ok = version_ok and any(commits.matches(commit.id, c) for c in pin.commits)
+            notes.append(f"{pin.dist} {dist.version}: commit {commit.id} (from {commit.source})")
+        if not ok:
+            what = f"version {dist.version}" + (f", commit {commit.id}" if commit.id else "")
+            message = (
+                f"the image does not match profile {profile.name}: {pin.dist} is {what}; "
+                f"the profile pins {pin.version} at {', '.join(c[:12] for c in pin.commits)}"
+            )
+            if not allow_unpinned:
+                raise Refused(message + " (--allow-unpinned applies anyway if every fingerprint holds)")
+            notes.append(message + "; going on (--allow-unpinned): every fingerprint must hold")
+    return notes
+
+
+def pack_chain(catalog: Catalog, profile: Profile, path: str) -> list[Change]:
+    """Every change the profile's pack makes to ``path``, in pack order."""
+    return [c for fid in profile.pack for c in catalog.fixes[fid].changes[profile.release] if c.path == path]
+
+
+def _read_manifest(state_dir: Path) -> Manifest:
+    try:
+        return Manifest.from_bytes((state_dir / FILE_NAME).read_bytes())
+    except FileNotFoundError:
+        return Manifest()
+    except ValueError as exc:
+        raise UsageError(f"unreadable manifest {state_dir / FILE_NAME}: {exc}") from None
+
+
+def _file_states(
+    catalog: Catalog, profile: Profile, dists: dict[str, Distribution], manifest: Manifest, paths: list[str]
+) -> dict[str, FileState]:
+    states = {}
+    for path in paths:
+        pin = profile.pin_for_path(path)
+        assert pin is not None  # the catalog checked every change's path against the pins
+        dist = dists[pin.dist]
+        target = dist.file(path)
+        current = target.read_bytes() if target.exists() else None
+        base = compose.base_of(path, current, manifest.files.get(path), pack_chain(catalog, profile, path))
+        states[path] = FileState(path, dist, current, base)
+    return states
+
+
+def _recover(env: Environment, notes: list[str]) -> None:
+    if transaction.recover(env.state_dir):
+        notes.append(f"recovered an interrupted transaction from {env.state_dir / transaction.JOURNAL}")
+
+
+def _warm(manifest: Manifest, plan: Plan, dists: dict[str, Distribution], profile: Profile) -> bool:
+    """Everything the plan asks for is applied and no file changed since: only hashes read."""
+    if set(plan.fix_ids) != set(manifest.fixes) or manifest.profile != profile.name:
+        return False
+    for path, record in manifest.files.items():
+        pin = profile.pin_for_path(path)
+        if pin is None:
+            return False
+        target = dists[pin.dist].file(path)
+        if sha256(target.read_bytes() if target.exists() else None) != record.applied:
+            return False
+    return True
+
+
+def _plan_writes(
+    plan: Plan, states: dict[str, FileState], fix_ids: tuple[str, ...]
+) -> tuple[dict[str, bytes | None], dict[str, FileRecord], dict[str, list[tuple[str, int, int]]]]:
+    """New content and manifest record of every file, for the fixes ``fix_ids`` of the plan."""
+    new: dict[str, bytes | None] = {}
+    records: dict[str, FileRecord] = {}
+    counts: dict[str, list[tuple[str, int, int]]] = {}
+    for path, st in states.items():
+        changes = [pc.change for pc in plan.changes_for(path) if pc.change.fix_id in fix_ids]
+        content = compose.build(st.base.pristine, changes)
+        problem = compose.compile_error(path, content)
+        if problem:
+            raise ChangeFailed(changes[-1], f"the result does not compile: {problem}")
+        new[path] = content
+        if changes:
+            records[path] = FileRecord(
+                st.dist.name, sha256(st.base.pristine), sha256(content), tuple(c.fix_id for c in changes)
+            )
+        for c in changes:
+            counts.setdefault(c.fix_id, []).append((path, *compose.line_counts(c)))
+    return new, records, counts
+
+
+def _problems(states: dict[str, FileState], plan: Plan) -> list[tuple[str, str, str]]:
+    """(fix, message, details) for every drifted or missing file the plan touches."""
+    out = []
+    for path, st in states.items():
+        if st.base.state not in (State.DRIFTED, State.MISSING):
+            continue
+        owners = [pc.change.fix_id for pc in plan.changes_for(path)] or ["(recorded)"]
+        chain = [pc.change for pc in plan.changes_for(path)]
+        details = compose.explain_drift(st.current, chain) if st.base.state is State.DRIFTED else ""
+        recorded = st.dist.record_hash(path)
+        if st.base.state is State.DRIFTED and recorded is not None and recorded == sha256(st.current):
+            details = (details + "\n" if details else "") + "the file is as pip installed it: this build differs from the pinned release"
+        location = st.dist.file(path)
+        out.append((owners[0], f"{st.base.state.value}: {location} ({', '.join(owners)}): {st.base.problem}", details))
+    return out
+
+
+def apply(
+    catalog: Catalog,
+    profile_name: str,
+    asked: tuple[str, ...] = (),
+    site: Path | None = None,
+    dry_run: bool = False,
+    allow_unpinned: bool = False,
+) -> Result:
+    profile = catalog.profile(profile_name)
+    result = Result("apply", profile.name, dry_run=dry_run)
+    for name in asked:
+        if name not in catalog.fixes:
+            raise UsageError(f"unknown fix {name!r}{suggest(name, list(profile.pack))}")
+    env, dists = _environment(profile, site)
+    result.notes += check_commits(profile, dists, allow_unpinned)
+    state_dir = env.state_dir
+    with transaction.locked(state_dir):
+        _recover(env, result.notes)
+        manifest = _read_manifest(state_dir)
+        if manifest.release not in (None, profile.release):
+            raise Refused(
+                f"this environment has fixes of release {manifest.release} (profile {manifest.profile}) applied; "
+                "revert them first"
+            )
+        plan = resolve(catalog, profile, asked, keep=manifest.fixes)
+        for fid, by in plan.pulled_in.items():
+            result.notes.append(f"{fid} is pulled in: {by} requires it")
+        if _warm(manifest, plan, dists, profile):
+            result.fixes = [FixResult(f.id, "already-applied", pulled_in_by=plan.pulled_in.get(f.id)) for f in plan.fixes]
+            return result
+        paths = list(dict.fromkeys([*plan.paths(), *manifest.files]))
+        states = _file_states(catalog, profile, dists, manifest, paths)
+        refusal = _refusal(plan, states)
+        if refusal is None:
+            try:
+                new, records, counts = _plan_writes(plan, states, plan.fix_ids)
+            except ChangeFailed as exc:
+                refusal = (exc.change.fix_id, exc.message, exc.details)
+        if refusal is not None:
+            fix_id, message, details = refusal
+            result.error = Refused(f"{fix_id}: {message}; nothing was changed", details=details)
+            result.fixes = [
+                FixResult(f.id, "refused", message if f.id == fix_id else "not applied: the plan was refused")
+                for f in plan.fixes
+            ]
+            return result
+        applied_before = {fid for st in states.values() for fid in st.base.applied}
+        for fix in plan.fixes:
+            done = fix.id in applied_before and all(
+                fix.id in states[c.path].base.applied for c in fix.changes[profile.release]
+            )
+            action = "already-applied" if done else ("would-apply" if dry_run else "applied")
+            result.fixes.append(FixResult(fix.id, action, None, counts.get(fix.id, []), plan.pulled_in.get(fix.id)))
+        new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, records)
+        writes = _writes(states, new, new_manifest, manifest, state_dir)
+        if dry_run or not writes:
+            return result
+        transaction.check_writable([w.path for w in writes], state_dir)
+        transaction.commit(state_dir, writes)
+    return result
+
+
+def _refusal(plan: Plan, states: dict[str, FileState]) -> tuple[str, str, str] | None:
+    problems = _problems(states, plan)
+    if not problems:
+        return None
+    fix_id, message, details = problems[0]
+    if len(problems) > 1:
+        message += f" (and {len(problems) - 1} more: " + "; ".join(p[1] for p in problems[1:]) + ")"
+    return fix_id, message, details
+
+
+def _writes(
+    states: dict[str, FileState],
+    new: dict[str, bytes | None],
+    new_manifest: Manifest,
+    old_manifest: Manifest,
+    state_dir: Path,
+) -> list[transaction.Write]:
+    writes = [
+        transaction.Write(st.dist.file(path), new[path]) for path, st in states.items() if new[path] != st.current
+    ]
+    if writes or not new_manifest.same_content(old_manifest):
+        content = None if new_manifest.empty else new_manifest.to_bytes()
+        if content is not None or (state_dir / FILE_NAME).exists():
+            writes.append(transaction.Write(state_dir / FILE_NAME, content))
+    return writes
+
+
+@dataclass
+class StatusResult:
+    profile: str | None
+    distributions: list[Distribution]
+    fixes: list[tuple[str, str]]  # id, state
+    notes: list[str] = field(default_factory=list)
+    manifest: Manifest | None = None
+
+
+def _fix_state(fix: Fix, release: str, states: dict[str, FileState]) -> str:
+    per_file = []
+    for change in fix.changes[release]:
+        base = states[change.path].base
+        if base.state in (State.DRIFTED, State.MISSING):
+            return base.state.value
+        per_file.append(fix.id in base.applied)
+    if all(per_file):
+        return "applied"
+    return "partial" if any(per_file) else "pending"
+
+
+def status(catalog: Catalog, profile_name: str | None, site: Path | None) -> StatusResult:
+    pins = {p.dist: p.package for prof in catalog.profiles.values() for p in prof.pins}
+    env = Environment.read(pins, site)
+    notes: list[str] = []
+    manifest = Manifest()
+    if env.found:
+        with transaction.locked(env.state_dir):
+            _recover(env, notes)
+            manifest = _read_manifest(env.state_dir)
+    name = profile_name or manifest.profile
+    if name is None:
+        return StatusResult(None, list(env.found.values()), [], notes, manifest)
+    profile = catalog.profile(name)
+    _, dists = _environment(profile, site)
+    fix_ids = list(profile.pack) if profile_name else list(manifest.fixes)
+    paths = list(dict.fromkeys(c.path for fid in fix_ids for c in catalog.fixes[fid].changes[profile.release]))
+    states = _file_states(catalog, profile, dists, manifest, paths)
+    fixes = [(fid, _fix_state(catalog.fixes[fid], profile.release, states)) for fid in fix_ids]
+    return StatusResult(profile.name, list(env.found.values()), fixes, notes, manifest)
+
+
+def revert(catalog: Catalog, names: tuple[str, ...], site: Path | None, dry_run: bool = False) -> Result:
+    pins = {p.dist: p.package for prof in catalog.profiles.values() for p in prof.pins}
+    env = Environment.read(pins, site)
+    result = Result("revert", None, dry_run=dry_run)
+    if not env.found:
+        result.notes.append("nothing is applied here")
+        return result
+    with transaction.locked(env.state_dir):
+        _recover(env, result.notes)
+        manifest = _read_manifest(env.state_dir)
+        if manifest.empty:
+            result.notes.append("nothing is applied here")
+            return result
+        profile = catalog.profile(manifest.profile or "")
+        result.profile = profile.name
+        _, dists = _environment(profile, site)
+        for name in names:
+            if name not in manifest.fixes:
+                raise UsageError(f"fix {name!r} is not applied here{suggest(name, list(manifest.fixes))}")
+        removing = _with_dependents(catalog, set(names) if names else set(manifest.fixes), manifest.fixes)
+        keep = tuple(f for f in manifest.fixes if f not in removing)
+        plan = resolve(catalog, profile, (), keep=manifest.fixes)
+        states = _file_states(catalog, profile, dists, manifest, list(manifest.files))
+        refusal = _refusal(plan, states)
+        if refusal is None:
+            try:
+                new, records, _ = _plan_writes(plan, states, keep)
+            except ChangeFailed as exc:
+                refusal = (exc.change.fix_id, exc.message, exc.details)
+        if refusal is not None:
+            fix_id, message, details = refusal
+            result.error = Refused(f"{fix_id}: {message}; nothing was changed", details=details)
+            return result
+        for fid in manifest.fixes:
+            if fid in removing:
+                why = None if fid in names or not names else "depends on a fix being reverted"
+                result.fixes.append(FixResult(fid, "would-revert" if dry_run else "reverted", why))
+        new_manifest = Manifest(profile.name, profile.release, keep, records) if keep else Manifest()
+        writes = _writes(states, new, new_manifest, manifest, env.state_dir)
+        if dry_run or not writes:
+            return result
+        transaction.check_writable([w.path for w in writes], env.state_dir)
+        transaction.commit(env.state_dir, writes)
+    return result
+
+
+def _with_dependents(catalog: Catalog, removing: set[str], applied: tuple[str, ...]) -> set[str]:
+    changed = True
+    while changed:
+        changed = False
+        for fid in applied:
+            if fid not in removing and set(catalog.fixes[fid].requires) & removing:
+                removing.add(fid)
+                changed = True
+    return removing

@@ -1,0 +1,75 @@
+"""Resolves a profile and the opt-ins asked for into an ordered plan. Pure: no I/O."""
+
+from __future__ import annotations
+
+import heapq
+
+from .catalog import Catalog, suggest
+from .errors import UsageError
+from .model import Fix, Plan, PlannedChange, Profile
+
+
+def resolve(catalog: Catalog, profile: Profile, asked: tuple[str, ...] = (), keep: tuple[str, ...] = ()) -> Plan:
+    """The profile's default fixes, the opt-ins ``asked`` for, and (``keep``) fixes already applied.
+
+    Fixes come in pack order, except that a fix's requirements come before it; requirements not
+    asked for are pulled in and reported in ``Plan.pulled_in``.
+    """
+    for name in asked:
+        if name not in catalog.fixes:
+            raise UsageError(f"unknown fix {name!r}{suggest(name, list(profile.pack))}")
+        if name not in profile.pack:
+            raise UsageError(f"fix {name!r} is not part of profile {profile.name!r}")
+    selected: dict[str, str | None] = {f: None for f in profile.default_fixes}
+    for name in (*asked, *keep):
+        selected.setdefault(name, None)
+    pulled_in: dict[str, str] = {}
+    todo = list(selected)
+    while todo:
+        fid = todo.pop()
+        for req in catalog.fixes[fid].requires:
+            if req not in profile.pack:
+                raise UsageError(f"fix {fid!r} requires {req!r}, which profile {profile.name!r} does not have")
+            if req not in selected:
+                selected[req] = fid
+                pulled_in[req] = fid
+                todo.append(req)
+    fixes = [catalog.fixes[f] for f in selected]
+    _refuse_conflicts(fixes)
+    ordered = _order(fixes, profile)
+    changes = tuple(
+        PlannedChange(change, profile.pin_for_path(change.path).dist)  # type: ignore[union-attr]
+        for fix in ordered
+        for change in fix.changes[profile.release]
+    )
+    return Plan(profile, tuple(ordered), pulled_in, changes)
+
+
+def _refuse_conflicts(fixes: list[Fix]) -> None:
+    ids = {f.id for f in fixes}
+    for fix in fixes:
+        clash = sorted(ids & set(fix.conflicts))
+        if clash:
+            raise UsageError(f"fix {fix.id!r} conflicts with {', '.join(repr(c) for c in clash)}; ask for one of them")
+
+
+def _order(fixes: list[Fix], profile: Profile) -> list[Fix]:
+    """Topological order of ``requires``, ties broken by pack order; a cycle is refused."""
+    rank = {fid: i for i, fid in enumerate(profile.pack)}
+    by_id = {f.id: f for f in fixes}
+    waiting = {f.id: set(f.requires) & set(by_id) for f in fixes}
+    ready = [(rank[fid], fid) for fid, reqs in waiting.items() if not reqs]
+    heapq.heapify(ready)
+    out: list[Fix] = []
+    while ready:
+        _, fid = heapq.heappop(ready)
+        out.append(by_id[fid])
+        for other, reqs in waiting.items():
+            if fid in reqs:
+                reqs.discard(fid)
+                if not reqs:
+                    heapq.heappush(ready, (rank[other], other))
+    if len(out) < len(fixes):
+        stuck = sorted(fid for fid, reqs in waiting.items() if reqs)
+        raise UsageError(f"fixes {', '.join(stuck)} require each other in a cycle")
+    return out

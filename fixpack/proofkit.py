@@ -1,0 +1,188 @@
+"""Tools for a fix's proof: run the real upstream code on a CPU, without Gaudi.
+
+A proof is ``fixes/<id>/proof.py`` defining ``check(trees: Trees) -> None``. It raises
+``AssertionError`` while the bug is present and returns when it is gone; any other exception is an
+error in the proof itself. ``trees.vllm_gaudi`` and ``trees.vllm`` are roots in repository layout
+(``trees.vllm_gaudi / "vllm_gaudi/..."``), or ``None`` when a tree was not given.
+
+vLLM's own dependencies are not installed where proofs run, and vllm_gaudi imports
+``habana_frameworks`` at module level, so a proof usually pulls the function it needs out of the
+file with :func:`load_function` and calls it with stand-ins. That runs the tree's real code: on the
+pristine tree the bug shows, on the patched tree it does not.
+
+Every proof runs in its own interpreter (``run_proof``) so that module stubs and imports of one
+proof never leak into another, or into fixpack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+PASSED, BUG_PRESENT, ERROR = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Trees:
+    vllm_gaudi: Path | None = None
+    vllm: Path | None = None
+
+
+def _find_node(tree: ast.Module, qualname: str) -> ast.AST:
+    node: ast.AST = tree
+    for part in qualname.split("."):
+        found = [
+            child
+            for child in ast.iter_child_nodes(node)
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and child.name == part
+        ]
+        if not found:
+            raise LookupError(f"{qualname}: {part!r} not found")
+        if len(found) > 1:
+            raise LookupError(f"{qualname}: {part!r} is defined {len(found)} times")
+        node = found[0]
+    return node
+
+
+def load_source(path: Path | str, qualname: str) -> str:
+    """The source of a module-level function, class or method, dedented, decorators included."""
+    text = Path(path).read_text(encoding="utf-8")
+    node = _find_node(ast.parse(text), qualname)
+    lines = text.splitlines(keepends=True)
+    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    return textwrap.dedent("".join(lines[first - 1 : node.end_lineno]))
+
+
+def load_function(path: Path | str, qualname: str, namespace: dict[str, Any] | None = None) -> Any:
+    """Compile one function (or class) from ``path`` into ``namespace`` and return it.
+
+    ``namespace`` stands in for the module's globals: put there the names the function uses. A
+    method comes back as a plain function taking ``self`` first. Decorators are dropped, since
+    they usually come from modules that cannot be imported here.
+    """
+    source = load_source(path, qualname)
+    tree = ast.parse(source)
+    node = tree.body[0]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        node.decorator_list = []
+    glb: dict[str, Any] = {"__name__": f"proof:{qualname}", "__builtins__": __builtins__}
+    glb.update(namespace or {})
+    code = compile(ast.fix_missing_locations(tree), f"{path}:{qualname}", "exec")
+    exec(code, glb)
+    return glb[qualname.rsplit(".", 1)[-1]]
+
+
+def stub_modules(*names: str) -> dict[str, types.ModuleType]:
+    """Put a MagicMock in ``sys.modules`` for each name (and its parents) that is not importable."""
+    stubs: dict[str, types.ModuleType] = {}
+    for name in names:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            sub = ".".join(parts[:i])
+            if sub not in sys.modules:
+                sys.modules[sub] = stubs[sub] = mock.MagicMock(name=sub)
+    return stubs
+
+
+HABANA_MODULES = (
+    "habana_frameworks",
+    "habana_frameworks.torch",
+    "habana_frameworks.torch.core",
+    "habana_frameworks.torch.hpu",
+    "habana_frameworks.torch.internal",
+    "habana_frameworks.torch.internal.bridge_config",
+    "habana_frameworks.torch.utils",
+    "habana_frameworks.torch.utils.experimental",
+)
+
+
+@contextmanager
+def on_path(*dirs: Path | None) -> Iterator[None]:
+    """Put tree roots first on ``sys.path`` for the duration."""
+    added = [str(d) for d in dirs if d is not None]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for d in added:
+            sys.path.remove(d)
+
+
+def _load_check(proof_file: Path) -> Any:
+    spec_ns: dict[str, Any] = {"__name__": "fixpack_proof", "__file__": str(proof_file)}
+    code = compile(proof_file.read_text(encoding="utf-8"), str(proof_file), "exec")
+    exec(code, spec_ns)
+    return spec_ns["check"]
+
+
+def _child(proof_file: Path, trees: Trees) -> int:
+    import traceback
+
+    try:
+        _load_check(proof_file)(trees)
+    except AssertionError as exc:
+        print(f"bug present: {exc}", file=sys.stderr)
+        return BUG_PRESENT
+    except BaseException:  # noqa: BLE001 - any other failure is the proof's own error
+        traceback.print_exc()
+        return ERROR
+    return PASSED
+
+
+@dataclass(frozen=True)
+class ProofRun:
+    code: int  # PASSED, BUG_PRESENT or ERROR
+    output: str
+
+
+def run_proof(proof_file: Path, trees: Trees, timeout: float = 600.0) -> ProofRun:
+    """Run a proof in a fresh interpreter; never raises for the proof's own failures."""
+    repo_root = Path(__file__).resolve().parent.parent
+    args = [sys.executable, "-m", "fixpack.proofkit", "run", str(proof_file)]
+    if trees.vllm_gaudi is not None:
+        args += ["--vllm-gaudi", str(trees.vllm_gaudi)]
+    if trees.vllm is not None:
+        args += ["--vllm", str(trees.vllm)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo_root), os.environ.get("PYTHONPATH", "")]))
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # proofs must not leave __pycache__ in the trees
+    try:
+        done = subprocess.run(
+            args, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(proof_file.parent)
+        )
+    except subprocess.TimeoutExpired:
+        return ProofRun(ERROR, f"proof timed out after {timeout:.0f} s")
+    code = done.returncode if done.returncode in (PASSED, BUG_PRESENT) else ERROR
+    return ProofRun(code, (done.stdout + done.stderr).strip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fixpack.proofkit")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="run one proof here: exit 0 fixed, 1 bug present, 2 error")
+    run.add_argument("proof", type=Path)
+    run.add_argument("--vllm-gaudi", type=Path)
+    run.add_argument("--vllm", type=Path)
+    run.add_argument("--json", action="store_true")
+    ns = parser.parse_args(argv)
+    trees = Trees(ns.vllm_gaudi, ns.vllm)
+    code = _child(ns.proof.resolve(), trees)
+    if ns.json:
+        print(json.dumps({"code": code}))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

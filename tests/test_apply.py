@@ -1,0 +1,231 @@
+"""apply, re-apply, dry run, drift, commits, plan errors, chained files, CRLF, compile checks."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+from conftest import BATCH, GAUDI_COMMIT, RUNNER, SAMPLER, make_site
+
+from fixpack.cli import main
+
+
+def cli(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def two_fixes(cookbook) -> None:
+    cookbook.fix("sampler-fix", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x", "return x * 2"))})
+    cookbook.fix("runner-fix", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 3\n", "return 33\n"))})
+    cookbook.profile(["sampler-fix", "runner-fix"])
+    cookbook.lock()
+
+
+def test_cold_apply_then_no_op(cookbook, site):
+    two_fixes(cookbook)
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path), "--json")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["ok"] and [f["action"] for f in out["fixes"]] == ["applied", "applied"]
+    assert b"return x * 2" in site.read("vllm/sampler.py")
+    assert b"return 33\n" in site.read("vllm_gaudi/runner.py")
+    before = site.snapshot()
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path), "--json")
+    assert r.exit_code == 0
+    assert [f["action"] for f in json.loads(r.stdout)["fixes"]] == ["already-applied"] * 2
+    assert site.snapshot() == before  # no file rewritten, not even touched
+
+
+def test_dry_run_writes_nothing(cookbook, site):
+    two_fixes(cookbook)
+    before = site.snapshot()
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path), "--dry-run", "--json")
+    assert r.exit_code == 0
+    assert [f["action"] for f in json.loads(r.stdout)["fixes"]] == ["would-apply"] * 2
+    assert site.snapshot() == before
+    assert not (site.path / ".fixpack").exists()
+
+
+def test_drift_refuses_whole_plan(cookbook, site):
+    two_fixes(cookbook)
+    site.file("vllm_gaudi/runner.py").write_text(RUNNER.replace("return 3\n", "return 4\n"))
+    before = site.snapshot()
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path), "--json")
+    assert r.exit_code == 1
+    out = json.loads(r.stdout)
+    assert not out["ok"] and "drifted" in out["error"] and "runner-fix" in out["error"]
+    assert "runner.py" in out["error"]
+    assert "return 4" in r.stderr  # shows how the file differs
+    assert site.snapshot() == before  # the sampler fix was not applied either
+
+
+def test_commit_mismatch_refused_unless_allowed(cookbook, tmp_path):
+    two_fixes(cookbook)
+    site = make_site(tmp_path, commits={"vllm": "1234567890abcdef", "vllm-gaudi": GAUDI_COMMIT})
+    before = site.snapshot()
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 1 and "the image does not match" in r.stderr
+    assert site.snapshot() == before
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path), "--allow-unpinned")
+    assert r.exit_code == 0, r.stderr
+
+
+def test_unknown_commit_decided_by_fingerprints(cookbook, tmp_path):
+    two_fixes(cookbook)
+    site = make_site(tmp_path, commits={"vllm": None, "vllm-gaudi": GAUDI_COMMIT})
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 0, r.stderr
+    assert "commit could not be read" in r.stderr
+
+
+def test_abbreviated_commit_from_version_py_matches(cookbook, site):
+    two_fixes(cookbook)
+    r = cli("status", "--site", str(site.path), "--json")
+    dists = {d["name"]: d for d in json.loads(r.stdout)["distributions"]}
+    assert dists["vllm-gaudi"]["commit"] == GAUDI_COMMIT[:9]
+    assert "_version.py" in dists["vllm-gaudi"]["commit_source"]
+
+
+def test_unknown_fix_and_profile_suggest(cookbook, site):
+    cookbook.fix("gdn-prefix-cache", {"vllm/sampler.py": (SAMPLER, SAMPLER + "# x\n")}, opt_in=True)
+    cookbook.profile(["gdn-prefix-cache"], opt_ins=["gdn-prefix-cache"])
+    cookbook.lock()
+    r = cli("apply", "--profile", "v0.26.0", "gdn-prefix-cahce", "--site", str(site.path))
+    assert r.exit_code == 2 and "did you mean 'gdn-prefix-cache'" in r.stderr
+    r = cli("apply", "--profile", "v0.26.1", "--site", str(site.path))
+    assert r.exit_code == 2 and "did you mean 'v0.26.0'" in r.stderr
+
+
+def test_requirement_pulled_in_ahead(cookbook, site):
+    cookbook.fix("base", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return 1.0", "return 0.5"))}, opt_in=True)
+    cookbook.fix("extra", {"vllm_gaudi/batch.py": (BATCH, BATCH + "    # extra\n")}, opt_in=True, requires=("base",))
+    cookbook.profile(["extra", "base"], opt_ins=["extra", "base"])
+    cookbook.lock()
+    r = cli("apply", "--profile", "v0.26.0", "extra", "--site", str(site.path), "--json")
+    assert r.exit_code == 0, r.stderr
+    assert [f["id"] for f in json.loads(r.stdout)["fixes"]] == ["base", "extra"]
+    assert "base is pulled in: extra requires it" in r.stderr
+
+
+def test_cycle_and_conflict_refused(cookbook, site):
+    cookbook.fix("a", {"vllm/sampler.py": (SAMPLER, SAMPLER + "# a\n")}, requires=("b",))
+    cookbook.fix("b", {"vllm_gaudi/batch.py": (BATCH, BATCH + "# b\n")}, requires=("a",))
+    cookbook.profile(["a", "b"])
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 2 and "cycle" in r.stderr
+    cookbook.fix("a", {"vllm/sampler.py": (SAMPLER, SAMPLER + "# a\n")})
+    cookbook.fix("c", {"vllm_gaudi/batch.py": (BATCH, BATCH + "# c\n")}, opt_in=True, conflicts=("a",))
+    cookbook.profile(["a", "c"], opt_ins=["c"])
+    before = site.snapshot()
+    r = cli("apply", "--profile", "v0.26.0", "c", "--site", str(site.path))
+    assert r.exit_code == 2 and "conflicts" in r.stderr
+    assert site.snapshot() == before
+
+
+def test_opt_in_not_allowed_by_profile(cookbook, site):
+    cookbook.fix("a", {"vllm/sampler.py": (SAMPLER, SAMPLER + "# a\n")})
+    cookbook.fix("other", {"vllm_gaudi/batch.py": (BATCH, BATCH + "# b\n")}, opt_in=True)
+    cookbook.profile(["a"])
+    r = cli("apply", "--profile", "v0.26.0", "other", "--site", str(site.path))
+    assert r.exit_code == 2 and "not part of profile" in r.stderr
+
+
+def test_two_fixes_chain_in_one_file(cookbook, site):
+    first = RUNNER.replace("return 2\n", "return 20\n")
+    second = first.replace("return 25\n", "return 250\n")
+    cookbook.fix("one", {"vllm_gaudi/runner.py": (RUNNER, first)})
+    cookbook.fix("two", {"vllm_gaudi/runner.py": (first, second)}, opt_in=True)
+    cookbook.profile(["one", "two"], opt_ins=["two"])
+    cookbook.lock()
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 0 and site.read("vllm_gaudi/runner.py") == first.encode()
+    # Adding the opt-in later chains it onto the applied file.
+    r = cli("apply", "--profile", "v0.26.0", "two", "--site", str(site.path), "--json")
+    assert r.exit_code == 0, r.stderr
+    actions = {f["id"]: f["action"] for f in json.loads(r.stdout)["fixes"]}
+    assert actions == {"one": "already-applied", "two": "applied"}
+    assert site.read("vllm_gaudi/runner.py") == second.encode()
+    r = cli("revert", "--site", str(site.path))
+    assert r.exit_code == 0 and site.read("vllm_gaudi/runner.py") == RUNNER.encode()
+
+
+def test_second_fix_applies_without_the_first_at_an_offset(cookbook, site):
+    """A later fix locked on top of an opt-in still applies when the opt-in is not asked for."""
+    first = RUNNER.replace("def f0():\n", "def f_new():\n    pass\n\n\ndef f0():\n")
+    second = first.replace("return 25\n", "return 250\n")
+    cookbook.fix("opt", {"vllm_gaudi/runner.py": (RUNNER, first)}, opt_in=True)
+    cookbook.fix("later", {"vllm_gaudi/runner.py": (first, second)})
+    cookbook.profile(["opt", "later"], opt_ins=["opt"])
+    cookbook.lock()
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 0, r.stderr
+    assert site.read("vllm_gaudi/runner.py") == RUNNER.replace("return 25\n", "return 250\n").encode()
+
+
+def test_non_compiling_change_refused_before_any_write(cookbook, site):
+    cookbook.fix("good", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x", "return x + 1"))})
+    bad = {"vllm_gaudi/batch.py": (BATCH, BATCH + "    def broken(:\n")}
+    cookbook.fix("bad", bad)
+    cookbook.profile(["good", "bad"])
+    before = site.snapshot()
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path), "--json")
+    assert r.exit_code == 1
+    assert "does not compile" in json.loads(r.stdout)["error"]
+    assert site.snapshot() == before
+
+
+def test_crlf_target_keeps_its_endings(cookbook, tmp_path):
+    crlf = BATCH.replace("\n", "\r\n").encode()
+    files = {"vllm": {"vllm/__init__.py": ""}, "vllm-gaudi": {"vllm_gaudi/__init__.py": "", "vllm_gaudi/batch.py": crlf}}
+    site = make_site(tmp_path, files=files)
+    # The patch is made with LF endings, as most are; the file stays CRLF throughout.
+    cookbook.fix("swap", {"vllm_gaudi/batch.py": (BATCH, BATCH.replace("self.rows[b], self.rows[a]", "tuple(reversed((self.rows[a], self.rows[b])))"))})
+    cookbook.profile(["swap"])
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 0, r.stderr
+    patched = site.read("vllm_gaudi/batch.py")
+    assert b"reversed" in patched and patched.count(b"\r\n") == patched.count(b"\n") == 3
+    assert cli("revert", "--site", str(site.path)).exit_code == 0
+    assert site.read("vllm_gaudi/batch.py") == crlf
+
+
+def test_creates_and_deletes_files(cookbook, site):
+    cookbook.fix("newmod", {"vllm_gaudi/extra.py": (None, "X = 1\n"), "vllm_gaudi/batch.py": (BATCH, None)})
+    cookbook.profile(["newmod"])
+    cookbook.lock()
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 0, r.stderr
+    assert site.read("vllm_gaudi/extra.py") == b"X = 1\n" and not site.file("vllm_gaudi/batch.py").exists()
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
+    assert cli("revert", "--site", str(site.path)).exit_code == 0
+    assert not site.file("vllm_gaudi/extra.py").exists() and site.read("vllm_gaudi/batch.py") == BATCH.encode()
+
+
+def test_missing_distribution_and_missing_file(cookbook, tmp_path):
+    two_fixes(cookbook)
+    site = make_site(tmp_path, files={"vllm": {"vllm/sampler.py": SAMPLER}})
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 3 and "vllm-gaudi is not installed" in r.stderr
+    site2 = make_site(tmp_path / "two", files={"vllm": {"vllm/sampler.py": SAMPLER}, "vllm-gaudi": {"vllm_gaudi/__init__.py": ""}})
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site2.path), "--json")
+    assert r.exit_code == 1 and "missing" in json.loads(r.stdout)["error"]
+
+
+def test_editable_install_patches_the_checkout(cookbook, tmp_path):
+    two_fixes(cookbook)
+    site = make_site(tmp_path, editable=True)
+    assert site.roots["vllm-gaudi"] != site.path
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 0, r.stderr
+    assert b"return 33\n" in site.read("vllm_gaudi/runner.py")
+    r = cli("status", "--site", str(site.path), "--json")
+    gaudi = next(d for d in json.loads(r.stdout)["distributions"] if d["name"] == "vllm-gaudi")
+    assert gaudi["location"] == str(site.roots["vllm-gaudi"]) and gaudi["editable"]
+
+
+def test_invalid_fix_module_names_file_and_reason(cookbook, site):
+    d = cookbook.fix("a", {"vllm/sampler.py": (SAMPLER, SAMPLER + "# a\n")})
+    cookbook.profile(["a"])
+    (d / "fix.toml").write_text((d / "fix.toml").read_text().replace('status = "pending"', 'status = "maybe"'))
+    r = cli("list")
+    assert r.exit_code == 2 and "fix.toml" in r.stderr and "upstream.status" in r.stderr

@@ -1,0 +1,180 @@
+"""Crashes at every write point, concurrent applies, read-only targets, revert, stale bytecode."""
+
+from __future__ import annotations
+
+import json
+import os
+import py_compile
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import BATCH, REPO, RUNNER, SAMPLER, make_site, run_cli
+
+from fixpack import operations
+from fixpack.catalog import Catalog
+from fixpack.errors import EnvironmentProblem
+
+
+def three_fixes(cookbook) -> None:
+    first = RUNNER.replace("return 2\n", "return 20\n")
+    cookbook.fix("one", {"vllm_gaudi/runner.py": (RUNNER, first), "vllm/sampler.py": (SAMPLER, SAMPLER.replace("x\n", "-x\n"))})
+    cookbook.fix("two", {"vllm_gaudi/runner.py": (first, first.replace("return 7\n", "return 70\n"))})
+    cookbook.fix("three", {"vllm_gaudi/new_module.py": (None, "VALUE = 3\n"), "vllm_gaudi/batch.py": (BATCH, BATCH + "# 3\n")})
+    cookbook.profile(["one", "two", "three"])
+    cookbook.lock()
+
+
+def targets(site) -> dict[str, bytes | None]:
+    paths = ["vllm_gaudi/runner.py", "vllm/sampler.py", "vllm_gaudi/new_module.py", "vllm_gaudi/batch.py"]
+    return {p: site.read(p) if site.file(p).exists() else None for p in paths}
+
+
+def test_crash_after_every_write_point_leaves_before_or_after(cookbook, tmp_path):
+    three_fixes(cookbook)
+    env = {"FIXPACK_COOKBOOK": str(cookbook.root)}
+    reference = make_site(tmp_path / "reference")
+    pristine = targets(reference)
+    assert run_cli("apply", "--profile", "v0.26.0", "--site", str(reference.path), env=env).returncode == 0
+    patched = targets(reference)
+    for n in range(1, 30):
+        site = make_site(tmp_path / f"crash{n}")
+        r = run_cli("apply", "--profile", "v0.26.0", "--site", str(site.path), env={**env, "FIXPACK_CRASH_AFTER": str(n)})
+        if r.returncode == 0:  # the run had fewer than n writes: it completed
+            assert targets(site) == patched
+            assert n > 5  # journal, 3 backups, 5 targets, manifest: at least this many points were crashed
+            break
+        assert r.returncode == 99, r.stderr
+        # The next command recovers first, and finds the environment wholly before.
+        st = run_cli("status", "--site", str(site.path), "--json", env=env)
+        assert st.returncode == 0, st.stderr
+        assert targets(site) == pristine, f"crash after write {n}"
+        assert not (site.path / ".fixpack" / "journal").exists()
+        assert json.loads(st.stdout)["fixes"] == []
+        # And apply then completes normally.
+        assert run_cli("apply", "--profile", "v0.26.0", "--site", str(site.path), env=env).returncode == 0
+        assert targets(site) == patched
+    else:
+        pytest.fail("apply never completed")
+
+
+def test_crash_during_revert_recovered_by_apply(cookbook, site):
+    three_fixes(cookbook)
+    env = {"FIXPACK_COOKBOOK": str(cookbook.root)}
+    assert run_cli("apply", "--profile", "v0.26.0", "--site", str(site.path), env=env).returncode == 0
+    patched = targets(site)
+    r = run_cli("revert", "--site", str(site.path), env={**env, "FIXPACK_CRASH_AFTER": "4"})
+    assert r.returncode == 99
+    r = run_cli("apply", "--profile", "v0.26.0", "--site", str(site.path), "--json", env=env)
+    assert r.returncode == 0 and "recovered an interrupted transaction" in r.stderr
+    assert targets(site) == patched
+
+
+def test_two_concurrent_applies(cookbook, site):
+    three_fixes(cookbook)
+    env = dict(os.environ, PYTHONPATH=str(REPO), FIXPACK_COOKBOOK=str(cookbook.root))
+    cmd = [sys.executable, "-m", "fixpack", "apply", "--profile", "v0.26.0", "--site", str(site.path), "--json"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    actions = sorted(tuple(f["action"] for f in json.loads(o)["fixes"]) for o, _ in outs)
+    assert actions == [("already-applied",) * 3, ("applied",) * 3]
+
+
+def test_lock_timeout_is_an_environment_error(cookbook, site):
+    import fcntl
+
+    three_fixes(cookbook)
+    fd = os.open(site.path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        r = run_cli("apply", "--profile", "v0.26.0", "--site", str(site.path),
+                    env={"FIXPACK_COOKBOOK": str(cookbook.root), "FIXPACK_LOCK_TIMEOUT": "0.5"})
+    finally:
+        os.close(fd)
+    assert r.returncode == 3 and "another fixpack holds the lock" in r.stderr
+
+
+def test_revert_restores_exact_bytes_and_named_dependents(cookbook, site):
+    base = SAMPLER.replace("return 1.0", "return 0.5")
+    cookbook.fix("base", {"vllm/sampler.py": (SAMPLER, base)})
+    cookbook.fix("dependent", {"vllm/sampler.py": (base, base + "# needs base\n")}, requires=("base",))
+    cookbook.fix("other", {"vllm_gaudi/batch.py": (BATCH, BATCH + "# other\n")})
+    cookbook.profile(["base", "dependent", "other"])
+    cookbook.lock()
+    env = {"FIXPACK_COOKBOOK": str(cookbook.root)}
+    pristine = site.snapshot()
+    assert run_cli("apply", "--profile", "v0.26.0", "--site", str(site.path), env=env).returncode == 0
+    r = run_cli("revert", "base", "--site", str(site.path), "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert {f["id"] for f in json.loads(r.stdout)["fixes"]} == {"base", "dependent"}
+    assert site.read("vllm/sampler.py") == SAMPLER.encode()
+    assert site.read("vllm_gaudi/batch.py") == (BATCH + "# other\n").encode()
+    st = json.loads(run_cli("status", "--site", str(site.path), "--json", env=env).stdout)
+    assert st["fixes"] == [{"id": "other", "state": "applied"}]
+    assert run_cli("revert", "--site", str(site.path), env=env).returncode == 0
+    after = site.snapshot()
+    assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in pristine.items()}
+
+
+def test_stale_bytecode_removed_after_apply_and_revert(cookbook, site):
+    three_fixes(cookbook)
+    env = {"FIXPACK_COOKBOOK": str(cookbook.root)}
+    source = site.file("vllm_gaudi/runner.py")
+    pyc = Path(py_compile.compile(str(source), cfile=None, doraise=True))
+    assert pyc.exists()
+    assert run_cli("apply", "--profile", "v0.26.0", "--site", str(site.path), env=env).returncode == 0
+    assert not pyc.exists()
+    py_compile.compile(str(source), doraise=True)
+    assert pyc.exists()
+    assert run_cli("revert", "--site", str(site.path), env=env).returncode == 0
+    assert not pyc.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the apply as another user")
+def test_read_only_target_refused_before_any_write(cookbook, tmp_path):
+    three_fixes(cookbook)
+    shared = Path("/tmp") / f"fixpack-ro-{os.getpid()}"
+    site = make_site(shared)
+    os.chmod(shared, 0o755)
+    for p in shared.rglob("*"):
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    before = site.snapshot()
+    catalog = Catalog.load(cookbook.root)
+    # The child cannot read this interpreter's library: a dry run as root imports all it needs.
+    assert operations.apply(catalog, "v0.26.0", (), site.path, dry_run=True).ok
+    pid = os.fork()
+    if pid == 0:  # the child is the image's non-root user
+        code = 1
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                operations.apply(catalog, "v0.26.0", (), site.path)
+            except EnvironmentProblem as exc:
+                code = 3 if "is not writable by uid 65534" in exc.message else 4
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 3
+    assert site.snapshot() == before
+    subprocess.run(["rm", "-rf", str(shared)], check=True)
+
+
+def test_apply_all_runs_apply_and_reports_missing_dependencies(cookbook, site, tmp_path):
+    three_fixes(cookbook)
+    script = REPO / "fixes" / "apply_all.py"
+    env = dict(os.environ, FIXPACK_COOKBOOK=str(cookbook.root))
+    env.pop("PYTHONPATH", None)
+    r = subprocess.run([sys.executable, str(script), "--profile", "v0.26.0", "--site", str(site.path)],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "3 applied" in r.stdout
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "unidiff.py").write_text("raise ImportError('no unidiff here')\n")
+    r = subprocess.run([sys.executable, str(script), "--profile", "v0.26.0", "--site", str(site.path)],
+                       capture_output=True, text=True, env={**env, "PYTHONPATH": str(shadow)}, cwd=tmp_path)
+    assert r.returncode == 3
+    assert "-m pip install 'unidiff>=0.7'" in r.stderr
