@@ -73,7 +73,9 @@ def check_commits(profile: Profile, dists: dict[str, Distribution], allow_unpinn
             version_ok = False
         commit = dist.commit
         if commit.id is None:
-            notes.append(f"{pin.dist} {dist.version}: commit could not be read ({commit.source}); file fingerprints decide")
+            notes.append(
+                f"{pin.dist} {dist.version}: commit could not be read ({commit.source}); file fingerprints decide"
+            )
             ok = version_ok
         else:
             ok = version_ok and any(commits.matches(commit.id, c) for c in pin.commits)
@@ -172,7 +174,9 @@ def _problems(states: dict[str, FileState], plan: Plan) -> list[tuple[str, str, 
         details = compose.explain_drift(st.current, chain) if st.base.state is State.DRIFTED else ""
         recorded = st.dist.record_hash(path)
         if st.base.state is State.DRIFTED and recorded is not None and recorded == sha256(st.current):
-            details = (details + "\n" if details else "") + "the file is as pip installed it: this build differs from the pinned release"
+            details = (
+                details + "\n" if details else ""
+            ) + "the file is as pip installed it: this build differs from the pinned release"
         location = st.dist.file(path)
         out.append((owners[0], f"{st.base.state.value}: {location} ({', '.join(owners)}): {st.base.problem}", details))
     return out
@@ -206,7 +210,9 @@ def apply(
         for fid, by in plan.pulled_in.items():
             result.notes.append(f"{fid} is pulled in: {by} requires it")
         if _warm(manifest, plan, dists, profile):
-            result.fixes = [FixResult(f.id, "already-applied", pulled_in_by=plan.pulled_in.get(f.id)) for f in plan.fixes]
+            result.fixes = [
+                FixResult(f.id, "already-applied", pulled_in_by=plan.pulled_in.get(f.id)) for f in plan.fixes
+            ]
             return result
         paths = list(dict.fromkeys([*plan.paths(), *manifest.files]))
         states = _file_states(catalog, profile, dists, manifest, paths)

@@ -73,3 +73,14 @@ def _order(fixes: list[Fix], profile: Profile) -> list[Fix]:
         stuck = sorted(fid for fid, reqs in waiting.items() if reqs)
         raise UsageError(f"fixes {', '.join(stuck)} require each other in a cycle")
     return out
+
+
+def restrict(plan: Plan, fix_ids: set[str]) -> Plan:
+    """The same plan with only ``fix_ids`` (and what they require) in it, in the same order."""
+    keep = set(fix_ids)
+    for fix in reversed(plan.fixes):
+        if fix.id in keep:
+            keep.update(fix.requires)
+    fixes = tuple(f for f in plan.fixes if f.id in keep)
+    changes = tuple(pc for pc in plan.changes if pc.change.fix_id in keep)
+    return Plan(plan.profile, fixes, {k: v for k, v in plan.pulled_in.items() if k in keep}, changes)

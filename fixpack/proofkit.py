@@ -46,8 +46,7 @@ def _find_node(tree: ast.Module, qualname: str) -> ast.AST:
         found = [
             child
             for child in ast.iter_child_nodes(node)
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-            and child.name == part
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and child.name == part
         ]
         if not found:
             raise LookupError(f"{qualname}: {part!r} not found")
@@ -123,7 +122,7 @@ def on_path(*dirs: Path | None) -> Iterator[None]:
 
 def _load_check(proof_file: Path) -> Any:
     spec_ns: dict[str, Any] = {"__name__": "fixpack_proof", "__file__": str(proof_file)}
-    code = compile(proof_file.read_text(encoding="utf-8"), str(proof_file), "exec")
+    code = compile(proof_file.read_text(encoding="utf-8"), str(proof_file), "exec", dont_inherit=True)
     exec(code, spec_ns)
     return spec_ns["check"]
 

@@ -104,7 +104,8 @@ def status_human(st: StatusResult, out: TextIO | None = None) -> None:
         print(f"fixpack: {note}", file=sys.stderr)
     for d in st.distributions:
         commit = d.commit.id or "unknown"
-        print(f"{d.name} {d.version} at {d.files_root}{' (editable)' if d.editable else ''}: commit {commit} ({d.commit.source})", file=out)
+        editable = " (editable)" if d.editable else ""
+        print(f"{d.name} {d.version} at {d.files_root}{editable}: commit {commit} ({d.commit.source})", file=out)
     if st.profile is None:
         print("no fixes applied (give --profile NAME to see what a profile would do)", file=out)
         return

@@ -158,6 +158,8 @@ def commit(state_dir: Path, writes: list[Write]) -> None:
         remove_bytecode(w.path)
         counter.wrote()
     _clear_journal(journal)
+    with contextlib.suppress(OSError):  # leave no empty state folder behind a full revert
+        state_dir.rmdir()
 
 
 def _clear_journal(journal: Path) -> None:

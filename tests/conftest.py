@@ -34,12 +34,17 @@ PRISTINE = {
     "vllm": {
         "vllm/__init__.py": "",
         "vllm/sampler.py": "def sample(x):\n    return x\n\n\ndef temperature():\n    return 1.0\n",
-        "vllm/executor.py": "class Worker:\n    def loop(self):\n        try:\n            step()\n        except Exception:\n            log()\n",
+        "vllm/executor.py": (
+            "class Worker:\n    def loop(self):\n        try:\n            step()\n"
+            "        except Exception:\n            log()\n"
+        ),
     },
     "vllm-gaudi": {
         "vllm_gaudi/__init__.py": "",
         "vllm_gaudi/runner.py": "".join(f"def f{i}():\n    return {i}\n\n\n" for i in range(30)),
-        "vllm_gaudi/batch.py": "class Batch:\n    def swap(self, a, b):\n        self.rows[a], self.rows[b] = self.rows[b], self.rows[a]\n",
+        "vllm_gaudi/batch.py": (
+            "class Batch:\n    def swap(self, a, b):\n        self.rows[a], self.rows[b] = self.rows[b], self.rows[a]\n"
+        ),
     },
 }
 PACKAGES = {"vllm": "vllm", "vllm-gaudi": "vllm_gaudi"}
@@ -157,7 +162,7 @@ class Cookbook:
             textwrap.dedent(
                 f"""\
                 id = "{fix_id}"
-                title = "{title or 'Fix ' + fix_id}"
+                title = "{title or "Fix " + fix_id}"
                 why = "Because {fix_id} is broken."
                 requires = {json.dumps(list(requires))}
                 conflicts = {json.dumps(list(conflicts))}
@@ -169,7 +174,7 @@ class Cookbook:
 
                 [proof]
                 level = "{level}"
-                reason = "{'' if proof else 'test fix'}"
+                reason = "{"" if proof else "test fix"}"
 
                 [release."{release}"]
                 patch = "{release}.patch"
@@ -190,7 +195,8 @@ class Cookbook:
     ) -> Path:
         commits = commits or {"vllm-gaudi": [GAUDI_COMMIT], "vllm": [VLLM_COMMIT, "ffd46bfab"]}
         pins = "".join(
-            f'\n[[pin]]\ndist = "{dist}"\npackage = "{pkg}"\nversion = "0.26.0"\ncommits = {json.dumps(commits[dist])}\n'
+            f'\n[[pin]]\ndist = "{dist}"\npackage = "{pkg}"\nversion = "0.26.0"\n'
+            f"commits = {json.dumps(commits[dist])}\n"
             for dist, pkg in PACKAGES.items()
         )
         path = self.root / "profiles" / f"{name}.toml"

@@ -176,10 +176,21 @@ def test_non_compiling_change_refused_before_any_write(cookbook, site):
 
 def test_crlf_target_keeps_its_endings(cookbook, tmp_path):
     crlf = BATCH.replace("\n", "\r\n").encode()
-    files = {"vllm": {"vllm/__init__.py": ""}, "vllm-gaudi": {"vllm_gaudi/__init__.py": "", "vllm_gaudi/batch.py": crlf}}
+    files = {
+        "vllm": {"vllm/__init__.py": ""},
+        "vllm-gaudi": {"vllm_gaudi/__init__.py": "", "vllm_gaudi/batch.py": crlf},
+    }
     site = make_site(tmp_path, files=files)
     # The patch is made with LF endings, as most are; the file stays CRLF throughout.
-    cookbook.fix("swap", {"vllm_gaudi/batch.py": (BATCH, BATCH.replace("self.rows[b], self.rows[a]", "tuple(reversed((self.rows[a], self.rows[b])))"))})
+    cookbook.fix(
+        "swap",
+        {
+            "vllm_gaudi/batch.py": (
+                BATCH,
+                BATCH.replace("self.rows[b], self.rows[a]", "tuple(reversed((self.rows[a], self.rows[b])))"),
+            )
+        },
+    )
     cookbook.profile(["swap"])
     r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
     assert r.exit_code == 0, r.stderr
@@ -206,7 +217,9 @@ def test_missing_distribution_and_missing_file(cookbook, tmp_path):
     site = make_site(tmp_path, files={"vllm": {"vllm/sampler.py": SAMPLER}})
     r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
     assert r.exit_code == 3 and "vllm-gaudi is not installed" in r.stderr
-    site2 = make_site(tmp_path / "two", files={"vllm": {"vllm/sampler.py": SAMPLER}, "vllm-gaudi": {"vllm_gaudi/__init__.py": ""}})
+    site2 = make_site(
+        tmp_path / "two", files={"vllm": {"vllm/sampler.py": SAMPLER}, "vllm-gaudi": {"vllm_gaudi/__init__.py": ""}}
+    )
     r = cli("apply", "--profile", "v0.26.0", "--site", str(site2.path), "--json")
     assert r.exit_code == 1 and "missing" in json.loads(r.stdout)["error"]
 

@@ -19,9 +19,13 @@ from fixpack.errors import EnvironmentProblem
 
 def three_fixes(cookbook) -> None:
     first = RUNNER.replace("return 2\n", "return 20\n")
-    cookbook.fix("one", {"vllm_gaudi/runner.py": (RUNNER, first), "vllm/sampler.py": (SAMPLER, SAMPLER.replace("x\n", "-x\n"))})
+    cookbook.fix(
+        "one", {"vllm_gaudi/runner.py": (RUNNER, first), "vllm/sampler.py": (SAMPLER, SAMPLER.replace("x\n", "-x\n"))}
+    )
     cookbook.fix("two", {"vllm_gaudi/runner.py": (first, first.replace("return 7\n", "return 70\n"))})
-    cookbook.fix("three", {"vllm_gaudi/new_module.py": (None, "VALUE = 3\n"), "vllm_gaudi/batch.py": (BATCH, BATCH + "# 3\n")})
+    cookbook.fix(
+        "three", {"vllm_gaudi/new_module.py": (None, "VALUE = 3\n"), "vllm_gaudi/batch.py": (BATCH, BATCH + "# 3\n")}
+    )
     cookbook.profile(["one", "two", "three"])
     cookbook.lock()
 
@@ -40,7 +44,9 @@ def test_crash_after_every_write_point_leaves_before_or_after(cookbook, tmp_path
     patched = targets(reference)
     for n in range(1, 30):
         site = make_site(tmp_path / f"crash{n}")
-        r = run_cli("apply", "--profile", "v0.26.0", "--site", str(site.path), env={**env, "FIXPACK_CRASH_AFTER": str(n)})
+        r = run_cli(
+            "apply", "--profile", "v0.26.0", "--site", str(site.path), env={**env, "FIXPACK_CRASH_AFTER": str(n)}
+        )
         if r.returncode == 0:  # the run had fewer than n writes: it completed
             assert targets(site) == patched
             assert n > 5  # journal, 3 backups, 5 targets, manifest: at least this many points were crashed
@@ -75,7 +81,9 @@ def test_two_concurrent_applies(cookbook, site):
     three_fixes(cookbook)
     env = dict(os.environ, PYTHONPATH=str(REPO), FIXPACK_COOKBOOK=str(cookbook.root))
     cmd = [sys.executable, "-m", "fixpack", "apply", "--profile", "v0.26.0", "--site", str(site.path), "--json"]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     actions = sorted(tuple(f["action"] for f in json.loads(o)["fixes"]) for o, _ in outs)
@@ -89,8 +97,14 @@ def test_lock_timeout_is_an_environment_error(cookbook, site):
     fd = os.open(site.path, os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        r = run_cli("apply", "--profile", "v0.26.0", "--site", str(site.path),
-                    env={"FIXPACK_COOKBOOK": str(cookbook.root), "FIXPACK_LOCK_TIMEOUT": "0.5"})
+        r = run_cli(
+            "apply",
+            "--profile",
+            "v0.26.0",
+            "--site",
+            str(site.path),
+            env={"FIXPACK_COOKBOOK": str(cookbook.root), "FIXPACK_LOCK_TIMEOUT": "0.5"},
+        )
     finally:
         os.close(fd)
     assert r.returncode == 3 and "another fixpack holds the lock" in r.stderr
@@ -167,14 +181,24 @@ def test_apply_all_runs_apply_and_reports_missing_dependencies(cookbook, site, t
     script = REPO / "fixes" / "apply_all.py"
     env = dict(os.environ, FIXPACK_COOKBOOK=str(cookbook.root))
     env.pop("PYTHONPATH", None)
-    r = subprocess.run([sys.executable, str(script), "--profile", "v0.26.0", "--site", str(site.path)],
-                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, str(script), "--profile", "v0.26.0", "--site", str(site.path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert "3 applied" in r.stdout
     shadow = tmp_path / "shadow"
     shadow.mkdir()
     (shadow / "unidiff.py").write_text("raise ImportError('no unidiff here')\n")
-    r = subprocess.run([sys.executable, str(script), "--profile", "v0.26.0", "--site", str(site.path)],
-                       capture_output=True, text=True, env={**env, "PYTHONPATH": str(shadow)}, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, str(script), "--profile", "v0.26.0", "--site", str(site.path)],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(shadow)},
+        cwd=tmp_path,
+    )
     assert r.returncode == 3
     assert "-m pip install 'unidiff>=0.7'" in r.stderr

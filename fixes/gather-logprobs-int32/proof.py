@@ -43,12 +43,12 @@ class _CatDtypes(TorchFunctionMode):
 def _reference(logprobs: torch.Tensor, token_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
     topk_logprobs, topk_indices = torch.topk(logprobs, NUM_LOGPROBS, dim=-1)
     token_logprobs = logprobs.gather(-1, token_ids.unsqueeze(-1))
-    ids = [[int(t)] + [int(i) for i in row] for t, row in zip(token_ids, topk_indices)]
+    ids = [[int(t)] + [int(i) for i in row] for t, row in zip(token_ids, topk_indices, strict=True)]
     ranks = (logprobs >= token_logprobs).sum(-1)
     return torch.tensor(ids, dtype=torch.int32), torch.cat((token_logprobs, topk_logprobs), dim=1), ranks
 
 
-def _install_vllm_modules(trees: Trees, tensors_cls: Any, count_fn: Any) -> None:
+def _install_vllm_modules(tensors_cls: Any, count_fn: Any) -> None:
     """Light modules for the two imports _hpu_gather_logprobs makes inside its body."""
     names = ("vllm", "vllm.v1", "vllm.v1.outputs", "vllm.v1.sample", "vllm.v1.sample.sampler")
     mods = {name: types.ModuleType(name) for name in names}
@@ -69,7 +69,7 @@ def check(trees: Trees) -> None:
         "LogprobsLists": mock.MagicMock(name="LogprobsLists"),
     })
     count_fn = load_function(trees.vllm_gaudi / PATCHES, "_hpu_batched_count_greater_than", {"torch": torch})
-    _install_vllm_modules(trees, tensors_cls, count_fn)
+    _install_vllm_modules(tensors_cls, count_fn)
     gather = load_function(trees.vllm_gaudi / PATCHES, "_hpu_gather_logprobs", {"torch": torch})
     gather_prompt = load_function(trees.vllm_gaudi / RUNNER, "HPUModelRunner._gather_prompt_logprobs_hpu", {
         "torch": torch,

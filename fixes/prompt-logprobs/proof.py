@@ -94,7 +94,8 @@ def _compute_logits(hidden_states: torch.Tensor) -> torch.Tensor:
     return hidden_states @ LM_HEAD.T
 
 
-def _make_runner(trees: Trees, tensors_cls: Any, merged: bool, flat: bool) -> _Runner:
+def _load_methods(trees: Trees, tensors_cls: Any) -> None:
+    """Put the tree's real methods on _Runner (once: each load parses the whole runner file)."""
     path = trees.vllm_gaudi / RUNNER
     torch_ns = SimpleNamespace(**{n: getattr(torch, n) for n in dir(torch) if not n.startswith("__")})
     torch_ns.hpu = mock.MagicMock(name="torch.hpu")  # torch.hpu.synchronize()
@@ -117,6 +118,8 @@ def _make_runner(trees: Trees, tensors_cls: Any, merged: bool, flat: bool) -> _R
         qualname = f"HPUModelRunner.{name}"
         setattr(_Runner, name, load_function(path, qualname, _globals(load_source(path, qualname), base)))
 
+
+def _make_runner(merged: bool, flat: bool) -> _Runner:
     runner = _Runner()
     order = list(REQUESTS)
     runner.scheduler_output = SimpleNamespace(num_scheduled_tokens={rid: len(_scheduled(rid)) for rid in order},
@@ -217,10 +220,11 @@ def check(trees: Trees) -> None:
         "torch": torch,
         "LogprobsLists": mock.MagicMock(name="LogprobsLists"),
     })
+    _load_methods(trees, tensors_cls)
     # Flat layout first: that is the qwen3_5_moe recipe.
     for merged, flat in ((False, True), (False, False), (True, True), (True, False)):
         layout = ("merged prefill, " if merged else "") + ("flat [tokens, H]" if flat else "3-D hidden states")
-        runner = _make_runner(trees, tensors_cls, merged, flat)
+        runner = _make_runner(merged, flat)
         scheduler_output = runner.scheduler_output  # sample_tokens clears it
         try:
             collected = _collected_hidden_states(runner)
@@ -236,7 +240,8 @@ def check(trees: Trees) -> None:
         for rid in expected:
             chunk, ids, logprobs, ranks = _reference(rid)
             got = result[rid]
-            same = (torch.equal(got.logprob_token_ids[chunk], ids) and torch.equal(got.selected_token_ranks[chunk], ranks)
+            same = (torch.equal(got.logprob_token_ids[chunk], ids)
+                    and torch.equal(got.selected_token_ranks[chunk], ranks)
                     and torch.allclose(got.logprobs[chunk], logprobs))
             assert same, (f"{layout}: prompt logprobs of {rid} are computed from other tokens' hidden states: ids "
                           f"{got.logprob_token_ids[chunk].tolist()}, expected {ids.tolist()}")

@@ -193,7 +193,7 @@ def check(trees: Trees) -> None:
         raise RuntimeError(f"unexpected logits rows {logits_rows}")
     wrong = [
         f"row {r}: logits of {lr} sampled with {mr}'s parameters (temperature {t:.2f} instead of {TEMPERATURE[lr]:.2f})"
-        for r, (lr, mr, t) in enumerate(zip(logits_rows, metadata_rows, call["temperature"])) if lr != mr
+        for r, (lr, mr, t) in enumerate(zip(logits_rows, metadata_rows, call["temperature"], strict=False)) if lr != mr
     ]
     assert not wrong and len(metadata_rows) == len(logits_rows), (
         "structured-output step samples each row with another request's sampling metadata; logits rows "

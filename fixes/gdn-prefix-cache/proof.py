@@ -1,0 +1,496 @@
+"""Proof for gdn-prefix-cache.
+
+Runs, on CPU, the tree's real code of a compact-GDN hybrid (two GDN groups and one attention group,
+48-token blocks split into 16-token kernel blocks, two KV cache tensors):
+
+- ``HPUModelRunner.initialize_kv_cache`` (allocates the attention caches and the compact GDN state
+  tensors, and on a fixed tree builds the prefix cache from them);
+- ``HPUModelRunner._update_states`` and ``HPUModelRunner.prepare_mamba_state_idxs`` for a sequence of
+  scheduler steps, with the GDN layers run by the real ``hpu_causal_conv1d_fn``,
+  ``hpu_fused_gdn_gating``, ``hpu_chunk_gated_delta_rule`` and ``_save_ssm_state`` on the slots the
+  runner hands out;
+- the post-forward statement of ``HPUModelRunner.sample_tokens`` that saves checkpoints (absent on
+  the stock tree), and the tree's ``vllm_gaudi/v1/worker/hpu_gdn_prefix_cache.py`` if it exists.
+
+The bug: a request with a prefix-cache hit starts from its compact slot, which holds whatever its
+previous owner (or the request itself, after preemption) left there; nothing ever stores a state at
+the block the scheduler hands out as the hit.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import importlib.util
+import itertools
+import logging
+import math
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Any, Optional, cast
+from unittest import mock
+
+import numpy as np
+import torch
+
+from fixpack.proofkit import Trees, load_function
+
+RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
+MODULE = "vllm_gaudi/v1/worker/hpu_gdn_prefix_cache.py"
+CONV = "vllm_gaudi/ops/causal_conv1d_pytorch.py"
+GDN = "vllm_gaudi/ops/hpu_gdn_pytorch.py"
+QWEN = "vllm_gaudi/models/qwen3_5.py"
+PAGED_ATTN = "vllm_gaudi/attention/ops/hpu_paged_attn.py"
+
+NUM_BLOCKS = 24  # block pool; block 0 is vLLM's null block
+BLOCK = 48  # scheduler block (tokens), the same for every group (align mode)
+KERNEL_BLOCK = 16  # attention kernel block
+MAX_REQS = 4
+HEADS, KDIM, VDIM, WIDTH, CHUNK = 2, 16, 16, 4, 16
+CONV_DIM = 2 * HEADS * KDIM + HEADS * VDIM
+KV_HEADS, HEAD_SIZE = 1, 16
+VOCAB = 512
+
+# Layers as vLLM groups them for Qwen3.5 (layer 0 is a GDN layer): two GDN groups, one attention
+# group, and one KV cache tensor per position in the group.
+GDN_GROUPS = [["layers.0.linear_attn", "layers.4.linear_attn"], ["layers.1.linear_attn", "layers.5.linear_attn"]]
+ATTN_LAYERS = ["layers.3.self_attn.attn", "layers.7.self_attn.attn"]
+ATTN_GID = 2
+
+
+class FullAttentionSpec:
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size, self.num_kv_heads, self.head_size, self.dtype = block_size, KV_HEADS, HEAD_SIZE, torch.bfloat16
+        self.page_size_bytes = 2 * block_size * KV_HEADS * HEAD_SIZE * 2
+
+
+class MambaSpec:
+
+    def __init__(self, block_size: int, page_size_bytes: int) -> None:
+        self.block_size, self.page_size_bytes = block_size, page_size_bytes
+        self.shapes = ((WIDTH - 1, CONV_DIM), (HEADS, KDIM, VDIM))
+        self.dtypes = (torch.bfloat16, torch.float32)
+        self.mamba_type = "gdn_attention"
+
+
+class EncoderOnlyAttentionSpec:
+    pass
+
+
+class UniformTypeKVCacheSpecs:
+    pass
+
+
+class StandIn(types.SimpleNamespace):
+    """The runner's ``self``: only the attributes the methods read."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"proof stand-in runner has no attribute {name!r}; the method now reads it")
+
+
+class ReqState(types.SimpleNamespace):
+    """Stand-in for CachedRequestState."""
+
+
+class BlockTable:
+
+    def __init__(self, num_groups: int) -> None:
+        self.block_tables = [None] * num_groups
+        self.cpu = torch.zeros(MAX_REQS, 8, dtype=torch.int32)
+
+    def __getitem__(self, group_idx: int) -> Any:
+        return types.SimpleNamespace(get_cpu_tensor=lambda: self.cpu)
+
+    def append_row(self, block_ids: Any, row: int) -> None:
+        pass
+
+
+class InputBatch:
+    """The persistent batch, as far as ``_update_states`` and ``prepare_mamba_state_idxs`` use it."""
+
+    def __init__(self) -> None:
+        self.req_ids: list[str | None] = []
+        self.req_id_to_index: dict[str, int] = {}
+        self.req_type: dict[str, Any] = {}
+        self.num_computed_tokens_cpu = np.zeros(MAX_REQS, dtype=np.int32)
+        self.num_tokens_no_spec = np.zeros(MAX_REQS, dtype=np.int32)
+        self.num_tokens = np.zeros(MAX_REQS, dtype=np.int32)
+        self.token_ids_cpu = np.zeros((MAX_REQS, 256), dtype=np.int32)
+        self.block_table = BlockTable(3)
+
+    def remove_request(self, req_id: str) -> int | None:
+        index = self.req_id_to_index.pop(req_id, None)
+        if index is not None:
+            self.req_ids[index] = None
+        return index
+
+    def add_request(self, req: Any, req_index: int | None = None) -> int:
+        if req_index is None:
+            req_index = len(self.req_ids)
+            self.req_ids.append(None)
+        self.req_ids[req_index] = req.req_id
+        self.req_id_to_index[req.req_id] = req_index
+        self.num_computed_tokens_cpu[req_index] = req.num_computed_tokens
+        return req_index
+
+    def condense(self, empty: list[int]) -> None:
+        live = [r for r in self.req_ids if r is not None]
+        computed = {r: self.num_computed_tokens_cpu[self.req_id_to_index[r]] for r in live}
+        self.req_ids = list(live)
+        self.req_id_to_index = {r: i for i, r in enumerate(live)}
+        for r, i in self.req_id_to_index.items():
+            self.num_computed_tokens_cpu[i] = computed[r]
+
+    def refresh_sampling_metadata(self) -> None:
+        pass
+
+
+def _load_module(path: Path, name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _kernels(root: Path) -> tuple[types.ModuleType, types.ModuleType]:
+    utils = types.ModuleType("vllm.v1.attention.backends.utils")
+    utils.PAD_SLOT_ID = -1  # type: ignore[attr-defined]
+    for name in ("vllm", "vllm.v1", "vllm.v1.attention", "vllm.v1.attention.backends"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    sys.modules["vllm.v1.attention.backends.utils"] = utils
+    log = types.ModuleType("vllm_gaudi.extension.logger")
+    log.logger = lambda: logging.getLogger("proof")  # type: ignore[attr-defined]
+    sys.modules["vllm_gaudi.extension.logger"] = log
+    return _load_module(root / CONV, "proof_conv1d"), _load_module(root / GDN, "proof_gdn")
+
+
+def _kv_cache_config() -> types.SimpleNamespace:
+    attn = FullAttentionSpec(BLOCK)
+    gdn = MambaSpec(BLOCK, attn.page_size_bytes)
+    groups = [types.SimpleNamespace(kv_cache_spec=gdn, layer_names=list(names)) for names in GDN_GROUPS]
+    groups.append(types.SimpleNamespace(kv_cache_spec=attn, layer_names=list(ATTN_LAYERS)))
+    tensors = [
+        types.SimpleNamespace(size=NUM_BLOCKS * attn.page_size_bytes,
+                              shared_by=[GDN_GROUPS[0][i], GDN_GROUPS[1][i], ATTN_LAYERS[i]]) for i in range(2)
+    ]
+    return types.SimpleNamespace(num_blocks=NUM_BLOCKS, kv_cache_groups=groups, kv_cache_tensors=tensors)
+
+
+class Model:
+    """GDN layers driven by the tree's kernels on the slots the runner hands out."""
+
+    def __init__(self, trees: Trees, runner: StandIn, caches: dict[str, Any], prepare_idxs: Any) -> None:
+        assert trees.vllm_gaudi is not None
+        self.conv, self.gdn = _kernels(trees.vllm_gaudi)
+        self.save_ssm_state = load_function(trees.vllm_gaudi / QWEN, "_save_ssm_state", {"torch": torch})
+        self.runner, self.caches, self.prepare_idxs = runner, caches, prepare_idxs
+        gen = torch.Generator().manual_seed(0)
+        self.weights = {}
+        for gid, names in enumerate(GDN_GROUPS):
+            for name in names:
+                self.weights[name] = (gid, torch.randn(VOCAB, CONV_DIM, generator=gen).to(torch.bfloat16),
+                                      torch.randn(VOCAB, HEADS, generator=gen),
+                                      torch.randn(VOCAB, HEADS, generator=gen),
+                                      (torch.randn(CONV_DIM, WIDTH, generator=gen) * 0.3).to(torch.bfloat16),
+                                      (torch.randn(CONV_DIM, generator=gen) * 0.1).to(torch.bfloat16),
+                                      torch.randn(HEADS, generator=gen), torch.randn(HEADS, generator=gen))
+
+    def layer(self, name: str, tokens: list[int], conv_state: torch.Tensor, ssm_state: torch.Tensor, index: int,
+              has_initial_state: bool) -> torch.Tensor:
+        """One GDN layer's prefill core as HPUGatedDeltaNetAttention.forward runs it."""
+        _, emb, a_emb, b_emb, weight, bias, a_log, dt_bias = self.weights[name]
+        ids = torch.tensor(tokens) % VOCAB
+        n = len(tokens)
+        state_indices = torch.tensor([index], dtype=torch.int32)
+        his = torch.tensor([has_initial_state])
+        mixed = self.conv.hpu_causal_conv1d_fn(x=emb[ids].transpose(0, 1), weight=weight, bias=bias,
+                                               activation="silu", conv_states=conv_state, has_initial_state=his,
+                                               cache_indices=state_indices,
+                                               query_start_loc=torch.tensor([0, n], dtype=torch.int32),
+                                               is_prompt=True).transpose(0, 1)
+        q, k, v = torch.split(mixed, [HEADS * KDIM, HEADS * KDIM, HEADS * VDIM], dim=-1)
+        q, k, v = (t.reshape(1, n, HEADS, -1).contiguous() for t in (q, k, v))
+        g, beta = self.gdn.hpu_fused_gdn_gating(a_log, a_emb[ids], b_emb[ids], dt_bias)
+        initial_state = ssm_state[state_indices].contiguous() * his.view(-1, 1, 1, 1).to(ssm_state.dtype)
+        out, final_state = self.gdn.hpu_chunk_gated_delta_rule(q=q, k=k, v=v, g=g, beta=beta,
+                                                               initial_state=initial_state, output_final_state=True,
+                                                               use_qk_l2norm_in_kernel=True, chunk_size=CHUNK,
+                                                               prefill_num_seqs=1, prefill_seq_len=n)
+        return self.save_ssm_state(out, final_state, ssm_state, state_indices)
+
+    def forward(self, req_id: str, tokens: list[int]) -> dict[str, torch.Tensor]:
+        """Prefill ``tokens`` (the request's scheduled chunk) through every GDN layer."""
+        batch = self.runner.input_batch
+        req_index = batch.req_id_to_index[req_id]
+        indices = self.prepare_idxs(self.runner, [req_index], [0], 1)
+        has_initial_state = bool(batch.num_computed_tokens_cpu[req_index] > 0)
+        outs = {}
+        for name, (gid, *_) in self.weights.items():
+            conv_state, ssm_state = self.caches[name]
+            outs[name] = self.layer(name, tokens, conv_state, ssm_state, int(indices[gid, 0]), has_initial_state)
+        return outs
+
+    def one_go(self, tokens: list[int]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Reference: ``tokens`` from a zero state in one prefill, on scratch state tensors."""
+        outs, states = {}, {}
+        for name in self.weights:
+            conv_state = torch.zeros(3, WIDTH - 1, CONV_DIM, dtype=torch.bfloat16)
+            ssm_state = torch.zeros(3, HEADS, KDIM, VDIM, dtype=torch.float32)
+            outs[name] = self.layer(name, tokens, conv_state, ssm_state, 1, False)
+            states[name] = torch.cat([conv_state[1].reshape(-1).view(torch.uint8),
+                                      ssm_state[1].reshape(-1).view(torch.uint8)])
+        return outs, states
+
+
+def _new_req(req_id: str, tokens: list[int], computed: int, block_ids: list[list[int]]) -> types.SimpleNamespace:
+    return types.SimpleNamespace(req_id=req_id, prompt_token_ids=tokens, mm_features=[], sampling_params=None,
+                                 pooling_params=None, block_ids=[list(b) for b in block_ids],
+                                 num_computed_tokens=computed, lora_request=None)
+
+
+def _cached(entries: list[tuple[str, int, list[list[int]] | None]], resumed: set[str]) -> types.SimpleNamespace:
+    return types.SimpleNamespace(req_ids=[e[0] for e in entries], resumed_req_ids=set(resumed),
+                                 new_token_ids=[[] for _ in entries], all_token_ids={},
+                                 new_block_ids=[e[2] for e in entries], num_computed_tokens=[e[1] for e in entries],
+                                 num_output_tokens=[0 for _ in entries])
+
+
+def _step(new: list[types.SimpleNamespace], cached: types.SimpleNamespace, scheduled: dict[str, int],
+          finished: set[str], zero: list[int]) -> types.SimpleNamespace:
+    return types.SimpleNamespace(scheduled_new_reqs=new, scheduled_cached_reqs=cached, num_scheduled_tokens=scheduled,
+                                 total_num_scheduled_tokens=sum(scheduled.values()), scheduled_spec_decode_tokens={},
+                                 scheduled_encoder_inputs={}, finished_req_ids=finished, free_encoder_mm_hashes=[],
+                                 preempted_req_ids=None, new_block_ids_to_zero=zero or None,
+                                 kv_cache_block_copies=None)
+
+
+def _post_forward_hooks(runner_py: Path) -> list[ast.stmt]:
+    """Statements of ``sample_tokens`` that hand the step to the GDN prefix cache."""
+    tree = ast.parse(runner_py.read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
+    method = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "sample_tokens")
+    return [s for s in method.body if "_gdn_prefix_cache" in ast.unparse(s)]
+
+
+def check(trees: Trees) -> None:
+    assert trees.vllm_gaudi is not None, "needs the vllm-gaudi tree"
+    root = trees.vllm_gaudi
+    runner_py = root / RUNNER
+    module_py = root / MODULE
+    prefix_cache = _load_module(module_py, "proof_gdn_prefix_cache") if module_py.exists() else None
+
+    bound: dict[str, Any] = {}
+
+    def bind_kv_cache(kv_caches: dict[str, Any], ctx: Any, runner_kv_caches: list[Any]) -> None:
+        bound.update(kv_caches)
+
+    get_shape = load_function(root / PAGED_ATTN, "HPUPagedAttention.get_kv_cache_shape", {})
+    ns: dict[str, Any] = {
+        "torch": torch, "np": np, "os": os, "math": math, "itertools": itertools, "copy": copy,
+        "deepcopy": copy.deepcopy, "Optional": Optional, "Any": Any, "cast": cast, "logger": mock.MagicMock(),
+        "htorch": mock.MagicMock(), "KVCacheConfig": object, "KVCacheSpec": object,
+        "FullAttentionSpec": FullAttentionSpec, "AttentionSpec": FullAttentionSpec, "MambaSpec": MambaSpec,
+        "EncoderOnlyAttentionSpec": EncoderOnlyAttentionSpec, "UniformTypeKVCacheSpecs": UniformTypeKVCacheSpecs,
+        "_GDN_MAMBA_TYPES": ("gdn_attention", "linear_attention"),
+        "maybe_set_mamba_kv_cache_groups_ids": lambda model, cfg: None,
+        "prepare_kernel_block_sizes": lambda cfg, groups: [BLOCK, BLOCK, KERNEL_BLOCK],
+        "get_dtype_size": lambda dtype: dtype.itemsize, "bind_kv_cache": bind_kv_cache,
+        "has_kv_transfer_group": lambda: False, "get_kv_transfer_group": None, "copy_kv_blocks": None,
+        "CachedRequestState": ReqState, "SamplingType": types.SimpleNamespace(RANDOM_SEED=object()),
+        "get_pp_group": lambda: types.SimpleNamespace(is_last_rank=True), "VllmModelForPooling": object,
+    }
+    if prefix_cache is not None:
+        ns["GDNPrefixCache"] = prefix_cache.GDNPrefixCache
+
+    cache_config = types.SimpleNamespace(block_size=BLOCK, mamba_block_size=BLOCK, mamba_cache_mode="align",
+                                         enable_prefix_caching=True, prefix_match_unit=None)
+    runner = StandIn(
+        _compact_gdn_group_ids=set(), _compact_gdn_group_offset={}, _compact_gdn_enabled=True,
+        _original_max_num_seqs=MAX_REQS, _gdn_req_to_base_slot={}, _gdn_slot_free_list=[],
+        maybe_add_kv_sharing_layers_to_kv_cache_groups=lambda cfg: None,
+        may_add_encoder_only_layers_to_kv_cache_config=lambda: None, initialize_attn_backend=lambda cfg: None,
+        may_reinitialize_input_batch=lambda cfg, sizes: None, num_mamba_like_layers=4, num_gdn=4, model=None,
+        attn_groups=[[], [], []], use_hybrid_cache=True, use_naive_mamba_cache_sharing=False, device="cpu",
+        block_size=KERNEL_BLOCK, attn_block_size=KERNEL_BLOCK,
+        attn_backend=types.SimpleNamespace(get_kv_cache_shape=get_shape), runner_only_attn_layers=set(),
+        shared_kv_cache_layers={}, kv_caches=[], enable_bucketing=False, use_prefix_caching=True,
+        vllm_config=types.SimpleNamespace(compilation_config=types.SimpleNamespace(static_forward_context={}),
+                                          cache_config=cache_config, speculative_config=None),
+        requests={}, input_batch=InputBatch(), encoder_cache={}, uses_mrope=False, use_async_scheduling=False,
+    )
+    runner.__dict__["_get_attention_group_id_for_hybrid"] = types.MethodType(
+        load_function(runner_py, "HPUModelRunner._get_attention_group_id_for_hybrid", ns), runner)
+    load_function(runner_py, "HPUModelRunner.initialize_kv_cache", ns)(runner, _kv_cache_config())
+    update_states = load_function(runner_py, "HPUModelRunner._update_states", ns)
+    prepare_idxs = load_function(runner_py, "HPUModelRunner.prepare_mamba_state_idxs", ns)
+    hooks = _post_forward_hooks(runner_py)
+    hook_code = compile(ast.Module(body=hooks, type_ignores=[]), f"{runner_py}:sample_tokens", "exec")
+    if prefix_cache is not None:
+        assert hooks, "the tree has hpu_gdn_prefix_cache.py but sample_tokens never saves a checkpoint"
+        assert runner._gdn_prefix_cache is not None, "initialize_kv_cache did not build the GDN prefix cache"
+
+    caches = {name: bound[name] for names in GDN_GROUPS for name in names}
+    model = Model(trees, runner, caches, prepare_idxs)
+    states = [bound[GDN_GROUPS[0][i]] for i in range(2)]  # compact (conv, ssm) per KV cache tensor
+    pages = [bound[name][:2] for name in ATTN_LAYERS]  # (key cache, value cache) per KV cache tensor
+
+    def slot(req_id: str, gid: int) -> int:
+        return runner._gdn_req_to_base_slot[req_id] * runner._num_gdn_groups + runner._compact_gdn_group_offset[gid] + 1
+
+    def slot_bytes(tensor: int, index: int) -> torch.Tensor:
+        conv, ssm = states[tensor]
+        return torch.cat([conv[index].reshape(-1).view(torch.uint8), ssm[index].reshape(-1).view(torch.uint8)])
+
+    def page_bytes(tensor: int, block_id: int) -> torch.Tensor:
+        return torch.cat([c[block_id * BLOCK:(block_id + 1) * BLOCK].reshape(-1).view(torch.uint8)
+                          for c in pages[tensor]])
+
+    def snapshot() -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        return ([torch.stack([slot_bytes(t, i) for i in range(states[t][0].shape[0])]) for t in range(2)],
+                [torch.stack([page_bytes(t, b) for b in range(NUM_BLOCKS)]) for t in range(2)])
+
+    def changed(before: tuple[list[torch.Tensor], list[torch.Tensor]]) -> tuple[set[int], set[int]]:
+        after = snapshot()
+        slots = {int(i) for t in range(2) for i in (after[0][t] != before[0][t]).any(-1).nonzero().reshape(-1)}
+        blocks = {int(b) for t in range(2) for b in (after[1][t] != before[1][t]).any(-1).nonzero().reshape(-1)}
+        return slots, blocks
+
+    def attention(req_id: str, tokens: list[int], start: int) -> None:
+        """What the attention layers write: K/V at the request's token slots."""
+        blocks = runner.requests[req_id].block_ids[ATTN_GID]
+        rows = torch.tensor([blocks[p // BLOCK] * BLOCK + p % BLOCK for p in range(start, start + len(tokens))])
+        kv = (torch.tensor(tokens, dtype=torch.bfloat16) + 1).view(-1, 1, 1).expand(-1, KV_HEADS, HEAD_SIZE)
+        for layer in pages:
+            for cache in layer:
+                cache.index_copy_(0, rows, kv)
+
+    def run(so: types.SimpleNamespace, chunks: dict[str, tuple[list[int], int]]) -> dict[str, Any]:
+        """One scheduler step: _update_states, the forward passes, the post-forward hooks."""
+        update_states(runner, so)
+        outs = {}
+        for req_id, (tokens, start) in chunks.items():
+            attention(req_id, tokens, start)
+            outs[req_id] = model.forward(req_id, tokens)
+        exec(hook_code, {}, {"self": runner, "scheduler_output": so})
+        return outs
+
+    tok_a = list(range(100, 201))  # 101-token prompt: two full blocks and 5 tokens
+    tok_b = tok_a[:96] + list(range(300, 314))  # shares A's first two blocks
+    tok_c, tok_d, tok_g = list(range(400, 430)), list(range(430, 450)), list(range(460, 470))
+
+    # Step 1: A prefills block 1 (the chunk ends on the block boundary), C its 30-token prompt.
+    run(_step([_new_req("A", tok_a, 0, [[5], [6], [7]]), _new_req("C", tok_c, 0, [[1], [2], [3]])],
+              _cached([], set()), {"A": BLOCK, "C": 30}, set(), [7, 3]), {"A": (tok_a[:48], 0), "C": (tok_c, 0)})
+    a_after_1 = [[slot_bytes(t, slot("A", g)) for g in range(2)] for t in range(2)]
+    slot_a, slot_c = slot("A", 0) - 1, slot("C", 0) - 1
+    # Step 2: A prefills block 2; C finishes.
+    out_a2 = run(_step([], _cached([("A", 48, [[11], [12], [10]])], set()), {"A": BLOCK}, {"C"}, [10]),
+                 {"A": (tok_a[48:96], 48)})["A"]
+    a_after_2 = [[slot_bytes(t, slot("A", g)) for g in range(2)] for t in range(2)]
+    ref_out, ref_state = model.one_go(tok_a[:96])
+    for name in ref_out:
+        assert torch.equal(out_a2[name], ref_out[name][:, 48:]), f"{name}: chunked prefill differs from one go"
+
+    # Step 3: A finishes. B arrives with a hit on A's first block (48 tokens: the GDN blocks 5 and 6)
+    # and takes A's slot; D arrives without a hit and takes C's slot.
+    before = snapshot()
+    so = _step([_new_req("B", tok_b, 48, [[5, 13], [6, 14], [7, 15]]), _new_req("D", tok_d, 0, [[8], [9], [4]])],
+               _cached([], set()), {"B": BLOCK, "D": 20}, {"A"}, [15, 4])
+    update_states(runner, so)
+    assert runner._gdn_req_to_base_slot["B"] * 2 == slot_a and runner._gdn_req_to_base_slot["D"] * 2 == slot_c
+    for t in range(2):
+        for g in range(2):
+            got = slot_bytes(t, slot("B", g))
+            stale = torch.equal(got, a_after_2[t][g])
+            assert torch.equal(got, a_after_1[t][g]), (
+                f"new request B with a prefix hit of 48 tokens: its GDN slot (tensor {t}, group {g}) does not hold "
+                f"the state after those 48 tokens; it holds "
+                f"{'the previous owner A state after 96 tokens' if stale else 'other data'}")
+            assert not slot_bytes(t, slot("D", g)).any(), (
+                f"new request D without a hit: its recycled GDN slot (tensor {t}, group {g}) still holds C's state")
+    touched_slots, touched_blocks = changed(before)
+    expected = {slot("B", g) for g in range(2)} | {slot("D", g) for g in range(2)}
+    assert touched_slots <= expected and not touched_blocks, (
+        f"step 3 restore touched slots {sorted(touched_slots - expected)} / pages {sorted(touched_blocks)}")
+    outs = {}
+    for req_id, tokens, start in (("B", tok_b[48:96], 48), ("D", tok_d, 0)):
+        attention(req_id, tokens, start)
+        outs[req_id] = model.forward(req_id, tokens)
+    exec(hook_code, {}, {"self": runner, "scheduler_output": so})
+    for name in ref_out:
+        assert torch.allclose(outs["B"][name].float(), ref_out[name][:, 48:].float()), (
+            f"{name}: request B resumed from its prefix hit produces different outputs for tokens 48..95")
+    for t in range(2):
+        for g in range(2):
+            assert torch.equal(slot_bytes(t, slot("B", g)), ref_state[GDN_GROUPS[g][t]]), (
+                f"request B's GDN state after 96 tokens (tensor {t}, group {g}) is not bit-identical to one prefill")
+            ref = ref_state[GDN_GROUPS[g][t]]
+            assert torch.equal(page_bytes(t, [13, 14][g])[:ref.numel()], ref), (
+                f"block {[13, 14][g]} does not hold B's checkpoint after 96 tokens")
+
+    # Step 4: B prefills its last 14 tokens; D is left out of the step (not preempted).
+    d_state = snapshot()[0]
+    out_b4 = run(_step([], _cached([("B", 96, [[19], [20], [21]])], set()), {"B": 14}, set(), [21]),
+                 {"B": (tok_b[96:], 96)})["B"]
+    b_after_4 = [[slot_bytes(t, slot("B", g)) for g in range(2)] for t in range(2)]
+
+    # Step 5: B is preempted; D comes back (re-added, not resumed); G arrives and gets attention
+    # block 11, which held A's checkpoint after 96 tokens (group 0) and is in new_block_ids_to_zero.
+    before = snapshot()
+    gdn_prefix_cache = runner.__dict__.get("_gdn_prefix_cache")
+    assert gdn_prefix_cache is None or 11 in gdn_prefix_cache.dirty_blocks, "block 11 holds a checkpoint, not marked"
+    so = _step([_new_req("G", tok_g, 0, [[16], [17], [11]])], _cached([("D", 20, None)], set()), {"D": 1, "G": 10},
+               set(), [11])
+    update_states(runner, so)
+    for t in range(2):
+        for g in range(2):
+            assert torch.equal(slot_bytes(t, slot("D", g)), d_state[t][slot("D", g)]), (
+                f"request D, re-added without preemption, lost its running GDN state (tensor {t}, group {g})")
+        assert not page_bytes(t, 11).any(), f"dirty block 11 handed to attention was not zeroed (tensor {t})"
+    touched_slots, touched_blocks = changed(before)
+    expected = {slot("G", g) for g in range(2)}
+    assert touched_slots <= expected and touched_blocks <= {11}, (
+        f"step 5 touched slots {sorted(touched_slots - expected)} / pages {sorted(touched_blocks - {11})}")
+    attention("G", tok_g, 0)
+    model.forward("G", tok_g)
+    exec(hook_code, {}, {"self": runner, "scheduler_output": so})
+
+    # Step 6: B resumes from preemption with a hit of 96 tokens (its own checkpoint, blocks 13/14);
+    # G is preempted.
+    before = snapshot()
+    so = _step([], _cached([("B", 96, [[0, 13, 22], [0, 14, 23], [7, 15, 18]])], {"B"}), {"B": 14}, set(), [18])
+    update_states(runner, so)
+    for t in range(2):
+        for g in range(2):
+            got = slot_bytes(t, slot("B", g))
+            assert torch.equal(got, ref_state[GDN_GROUPS[g][t]]), (
+                f"request B resumed with a prefix hit of 96 tokens: its GDN slot (tensor {t}, group {g}) does not hold "
+                f"the state after 96 tokens; it holds "
+                f"{'its own state after 110 tokens' if torch.equal(got, b_after_4[t][g]) else 'other data'}")
+    touched_slots, touched_blocks = changed(before)
+    expected = {slot("B", g) for g in range(2)}
+    assert touched_slots <= expected and not touched_blocks, (
+        f"step 6 touched slots {sorted(touched_slots - expected)} / pages {sorted(touched_blocks)}")
+    attention("B", tok_b[96:], 96)
+    out_b6 = model.forward("B", tok_b[96:])
+    exec(hook_code, {}, {"self": runner, "scheduler_output": so})
+    for name in out_b4:
+        assert torch.equal(out_b6[name], out_b4[name]), f"{name}: B's recomputed tail differs after resuming"
+
+    # Step 7: G resumes from preemption without a hit: it starts over from a zero state.
+    g_state = [slot_bytes(t, slot("G", 0)) for t in range(2)]
+    assert any(s.any() for s in g_state)
+    before = snapshot()
+    so = _step([], _cached([("G", 0, [[1], [2], [3]])], {"G"}), {"G": 10}, set(), [3])
+    update_states(runner, so)
+    for t in range(2):
+        for g in range(2):
+            assert not slot_bytes(t, slot("G", g)).any(), (
+                f"request G resumed without a hit kept its old GDN state (tensor {t}, group {g})")
+    touched_slots, touched_blocks = changed(before)
+    assert touched_slots <= {slot("G", g) for g in range(2)} and not touched_blocks, "step 7 touched other state"

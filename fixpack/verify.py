@@ -1,0 +1,203 @@
+"""``fixpack verify``: does every fix of every profile still hold on its pinned sources?
+
+For each profile and its release, on scratch copies of the ``--source`` trees (never the trees
+themselves): the locked fingerprints hold; the whole plan (every opt-in included) applies and
+compiles; reversing it gives back the exact pristine bytes; each fix's proof fails on the pristine
+tree and passes on the patched one; the metadata a maintainer needs is there. Every failure is
+collected, not just the first.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import compose, lock
+from .catalog import Catalog
+from .compose import ChangeFailed
+from .fingerprint import sha256
+from .model import Change, Fix, Profile
+from .proofkit import BUG_PRESENT, PASSED, Trees, run_proof
+
+
+@dataclass
+class FixVerdict:
+    fix: str
+    release: str
+    profile: str
+    applies: bool = True
+    compiles: bool = True
+    reverts: bool = True
+    proof: str = "none"  # demonstrated | partial | none | failed
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def fail(self, what: str) -> None:
+        self.failures.append(what)
+
+
+def _copy_tree(sources: dict[str, Path], profile: Profile, dest: Path) -> dict[str, Path]:
+    """Copy each pinned package out of its source tree (repository layout) into ``dest``."""
+    roots = {}
+    for pin in profile.pins:
+        if pin.dist not in sources:
+            continue
+        root = dest / pin.dist
+        src = sources[pin.dist] / pin.package
+        shutil.copytree(src, root / pin.package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        roots[pin.dist] = root
+    return roots
+
+
+def _metadata_failures(fix: Fix) -> list[str]:
+    out = []
+    if len(fix.why) < 40 or "TODO" in fix.why:
+        out.append("metadata: 'why' is missing or a placeholder")
+    if "TODO" in fix.title:
+        out.append("metadata: 'title' is a placeholder")
+    if fix.upstream.status in ("submitted", "backport", "upstream") and not fix.upstream.ref:
+        out.append(f"metadata: upstream status {fix.upstream.status!r} needs a ref")
+    if fix.upstream.status == "inappropriate" and not fix.upstream.note:
+        out.append("metadata: upstream status 'inappropriate' needs a note giving the reason")
+    return out
+
+
+def verify_profile(catalog: Catalog, profile: Profile, sources: dict[str, Path], jobs: int = 2) -> list[FixVerdict]:
+    verdicts = {fid: FixVerdict(fid, profile.release, profile.name) for fid in profile.pack}
+    for fid in profile.pack:
+        verdicts[fid].failures += _metadata_failures(catalog.fixes[fid])
+    missing = [p.dist for p in profile.pins if p.dist not in sources]
+    if missing:
+        for v in verdicts.values():
+            v.fail(f"no --source for {', '.join(missing)}")
+            v.applies = v.compiles = v.reverts = False
+        return list(verdicts.values())
+
+    # Fingerprints: what lock would write now must equal what is locked.
+    try:
+        fresh = lock.fingerprints(catalog, profile, sources)
+    except Exception as exc:  # noqa: BLE001 - a refusal names the fix; report it against that fix
+        fresh = {}
+        message = getattr(exc, "message", str(exc))
+        culprit = message.split(":", 1)[0]
+        for v in verdicts.values():
+            if v.fix == culprit or culprit not in verdicts:
+                v.applies = False
+                v.fail(f"does not apply: {message}")
+    for fid, files in fresh.items():
+        for change in catalog.fixes[fid].changes[profile.release]:
+            if change.fingerprint is None:
+                verdicts[fid].fail(f"{change.path}: not locked (run fixpack lock)")
+            elif change.fingerprint != files.get(change.path):
+                verdicts[fid].fail(f"{change.path}: locked fingerprints do not match the source (run fixpack lock)")
+
+    with tempfile.TemporaryDirectory(prefix="fixpack-verify-") as tmp:
+        pristine_roots = _copy_tree(sources, profile, Path(tmp) / "pristine")
+        patched_roots = _copy_tree(sources, profile, Path(tmp) / "patched")
+        _apply_and_revert(catalog, profile, patched_roots, verdicts)
+        trees = {
+            "pristine": _trees(profile, pristine_roots),
+            "patched": _trees(profile, patched_roots),
+        }
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            runs = {
+                (fid, which): pool.submit(run_proof, Path(fix.proof.script), trees[which])
+                for fid in profile.pack
+                if (fix := catalog.fixes[fid]).proof.script
+                for which in ("pristine", "patched")
+            }
+            for fid in profile.pack:
+                _judge_proof(catalog.fixes[fid], verdicts[fid], runs)
+    return list(verdicts.values())
+
+
+def _trees(profile: Profile, roots: dict[str, Path]) -> Trees:
+    by_package = {p.package: roots.get(p.dist) for p in profile.pins}
+    return Trees(vllm_gaudi=by_package.get("vllm_gaudi"), vllm=by_package.get("vllm"))
+
+
+def _apply_and_revert(
+    catalog: Catalog, profile: Profile, roots: dict[str, Path], verdicts: dict[str, FixVerdict]
+) -> None:
+    """Apply the whole pack to the scratch tree, check it compiles and that reversing it is exact."""
+    chains: dict[str, list[Change]] = {}
+    for fid in profile.pack:
+        for change in catalog.fixes[fid].changes[profile.release]:
+            chains.setdefault(change.path, []).append(change)
+    for path, chain in chains.items():
+        pin = profile.pin_for_path(path)
+        assert pin is not None
+        target = roots[pin.dist] / path
+        pristine = target.read_bytes() if target.exists() else None
+        try:
+            patched = compose.build(pristine, chain)
+        except ChangeFailed as exc:
+            verdicts[exc.change.fix_id].applies = False
+            verdicts[exc.change.fix_id].fail(f"does not apply: {exc.message}")
+            continue
+        problem = compose.compile_error(path, patched)
+        if problem:
+            for change in chain:
+                verdicts[change.fix_id].compiles = False
+                verdicts[change.fix_id].fail(f"does not compile: {problem}")
+        reverted = patched
+        try:
+            for change in reversed(chain):
+                reverted = compose.diff.apply(compose.parsed(change).reversed(), reverted)
+        except compose.diff.HunkFailed as exc:
+            reverted = b"<" + str(exc).encode() + b">"
+        if sha256(reverted) != sha256(pristine):
+            for change in chain:
+                verdicts[change.fix_id].reverts = False
+                verdicts[change.fix_id].fail(f"{path}: reverting the pack does not give the pristine bytes")
+        if patched is None:
+            target.unlink(missing_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(patched)
+
+
+def _judge_proof(fix: Fix, verdict: FixVerdict, runs: dict) -> None:
+    if not fix.proof.script:
+        verdict.proof = "none"
+        if fix.proof.level != "none":
+            verdict.fail("proof: fix.toml claims a proof but has no proof.py")
+        return
+    pristine, patched = runs[(fix.id, "pristine")].result(), runs[(fix.id, "patched")].result()
+    if pristine.code == BUG_PRESENT and patched.code == PASSED:
+        verdict.proof = "partial" if fix.proof.level == "partial" else "demonstrated"
+        return
+    verdict.proof = "failed"
+    if pristine.code != BUG_PRESENT:
+        what = "passes" if pristine.code == PASSED else "errors"
+        verdict.fail(f"proof {what} on the pristine tree (it must fail there): {_tail(pristine.output)}")
+    if patched.code != PASSED:
+        what = "fails" if patched.code == BUG_PRESENT else "errors"
+        verdict.fail(f"proof {what} on the patched tree: {_tail(patched.output)}")
+
+
+def _tail(text: str, lines: int = 6) -> str:
+    return " | ".join(text.strip().splitlines()[-lines:])
+
+
+def junit(verdicts: list[FixVerdict]) -> str:
+    from xml.sax.saxutils import escape, quoteattr
+
+    failures = sum(1 for v in verdicts if not v.ok)
+    cases = []
+    for v in verdicts:
+        name = quoteattr(f"{v.profile}/{v.fix}")
+        body = "".join(f"<failure message={quoteattr(f)}>{escape(f)}</failure>" for f in v.failures)
+        cases.append(f'  <testcase classname="fixpack.verify" name={name}>{body}</testcase>')
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>\n'
+        f'<testsuite name="fixpack verify" tests="{len(verdicts)}" failures="{failures}">\n'
+        + "\n".join(cases)
+        + "\n</testsuite>\n"
+    )
