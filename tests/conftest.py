@@ -163,7 +163,7 @@ class Cookbook:
                 f"""\
                 id = "{fix_id}"
                 title = "{title or "Fix " + fix_id}"
-                why = "Because {fix_id} is broken."
+                why = "Because {fix_id} is broken: the test tree returns a wrong value, and this corrects it."
                 requires = {json.dumps(list(requires))}
                 conflicts = {json.dumps(list(conflicts))}
                 opt_in = {str(opt_in).lower()}

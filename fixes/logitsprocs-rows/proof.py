@@ -16,12 +16,15 @@ from __future__ import annotations
 import ast
 import enum
 import functools
+import importlib.abc
+import importlib.util
 import math
 import sys
 import types
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, TypeVar
+from unittest import mock
 
 import numpy as np
 import torch
@@ -116,6 +119,21 @@ class MultiGroupBlockTable:
         return self.tables[group]
 
 
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Any other vllm / vllm_gaudi / habana module (e.g. one another fix imports) is a MagicMock."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname.split(".")[0] in ("vllm", "vllm_gaudi", "habana_frameworks"):
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec: Any) -> Any:
+        return mock.MagicMock(name=spec.name)
+
+    def exec_module(self, module: Any) -> None:
+        pass
+
+
 def load_input_batch(trees: Trees) -> types.ModuleType:
     """The tree's hpu_input_batch module, run on CPU.
 
@@ -126,6 +144,7 @@ def load_input_batch(trees: Trees) -> types.ModuleType:
     assert trees.vllm_gaudi is not None and trees.vllm is not None, "need both trees"
     vllm = trees.vllm / "vllm"
     lp = "vllm.v1.sample.logits_processor"
+    sys.meta_path.insert(0, _StubFinder())
     stub_modules("vllm.lora.request", "vllm.multimodal.inputs", "vllm.pooling_params", "vllm.sampling_params",
                  "vllm.utils.collection_utils", "vllm.utils.math_utils", "vllm.utils.torch_utils", "vllm.v1.outputs",
                  "vllm.v1.pool.metadata", "vllm.v1.worker.block_table", "vllm.v1.sample.thinking_budget_state",

@@ -18,6 +18,8 @@ import ast
 import dataclasses
 import enum
 import functools
+import importlib.abc
+import importlib.util
 import itertools
 import sys
 import types
@@ -25,6 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional, TypeVar, Union
+from unittest import mock
 
 import numpy as np
 import torch
@@ -120,6 +123,21 @@ class MultiGroupBlockTable:
         return self.tables[group]
 
 
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Any other vllm / vllm_gaudi / habana module (e.g. one another fix imports) is a MagicMock."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname.split(".")[0] in ("vllm", "vllm_gaudi", "habana_frameworks"):
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec: Any) -> Any:
+        return mock.MagicMock(name=spec.name)
+
+    def exec_module(self, module: Any) -> None:
+        pass
+
+
 def load_input_batch(trees: Trees) -> types.ModuleType:
     """The tree's hpu_input_batch module, run on CPU.
 
@@ -130,6 +148,7 @@ def load_input_batch(trees: Trees) -> types.ModuleType:
     assert trees.vllm_gaudi is not None and trees.vllm is not None, "need both trees"
     vllm = trees.vllm / "vllm"
     lp = "vllm.v1.sample.logits_processor"
+    sys.meta_path.insert(0, _StubFinder())
     stub_modules("vllm.lora.request", "vllm.multimodal.inputs", "vllm.pooling_params", "vllm.sampling_params",
                  "vllm.utils.collection_utils", "vllm.utils.math_utils", "vllm.utils.torch_utils", "vllm.v1.outputs",
                  "vllm.v1.pool.metadata", "vllm.v1.worker.block_table", "vllm.v1.sample.thinking_budget_state",
@@ -197,19 +216,43 @@ def _module_defs(tree: ast.Module) -> dict[str, ast.stmt]:
     return defs
 
 
-def _compile_into(node: ast.stmt, ns: dict[str, Any], defs: dict[str, ast.stmt], filename: str) -> None:
-    """Execute ``node`` in ``ns``, first defining the runner's module-level names it uses."""
+def _module_names(tree: ast.Module) -> set[str]:
+    """Every other name the runner module binds at top level (imports, constants, logger)."""
+    names: set[str] = set()
+    for node in tree.body:
+        for sub in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+            if isinstance(sub, ast.Import):
+                names |= {a.asname or a.name.split(".")[0] for a in sub.names}
+            elif isinstance(sub, ast.ImportFrom):
+                names |= {a.asname or a.name for a in sub.names}
+            elif isinstance(sub, ast.Assign):
+                names |= {t.id for t in sub.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def _compile_into(node: ast.stmt, ns: dict[str, Any], defs: dict[str, ast.stmt], others: set[str],
+                  filename: str) -> None:
+    """Execute ``node`` in ``ns``, first defining the runner's module-level names it uses.
+
+    The runner's own functions, classes and helpers are compiled from its source; names it imports
+    and that are not given in ``ns`` are MagicMocks (none of them is reached in this scene).
+    """
     for sub in ast.walk(node):
-        if isinstance(sub, ast.Name) and sub.id in defs and sub.id not in ns:
-            ns[sub.id] = None
-            _compile_into(defs[sub.id], ns, defs, filename)
+        if isinstance(sub, ast.Name) and sub.id not in ns:
+            if sub.id in defs:
+                ns[sub.id] = None
+                _compile_into(defs[sub.id], ns, defs, others, filename)
+            elif sub.id in others:
+                ns[sub.id] = mock.MagicMock(name=sub.id)
     exec(compile(ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[])), filename, "exec"), ns)
 
 
 def load_runner(trees: Trees, ib: types.ModuleType) -> tuple[type, Any]:
     assert trees.vllm_gaudi is not None
     path = trees.vllm_gaudi / RUNNER
-    defs = _module_defs(ast.parse(path.read_text(encoding="utf-8")))
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    defs = _module_defs(tree)
+    others = _module_names(tree) - set(defs)
     ns: dict[str, Any] = {
         "__builtins__": __builtins__, "np": np, "torch": torch, "Mapping": Mapping, "Optional": Optional,
         "Union": Union, "Any": Any, "Callable": Callable, "dataclass": dataclasses.dataclass,
@@ -221,7 +264,7 @@ def load_runner(trees: Trees, ib: types.ModuleType) -> tuple[type, Any]:
         node = ast.parse(load_source(path, f"HPUModelRunner.{name}")).body[0]
         assert isinstance(node, ast.FunctionDef)
         node.decorator_list = []
-        _compile_into(node, ns, defs, f"{path}:HPUModelRunner.{name}")
+        _compile_into(node, ns, defs, others, f"{path}:HPUModelRunner.{name}")
         methods[name] = ns.pop(name)
     # sample_tokens up to the forward passes: the reorders and the prompt/decode split.
     head = ast.parse(load_source(path, "HPUModelRunner.sample_tokens")).body[0]
@@ -234,7 +277,7 @@ def load_runner(trees: Trees, ib: types.ModuleType) -> tuple[type, Any]:
     else:
         raise LookupError("HPUModelRunner.sample_tokens: no 'num_decodes = ...' statement")
     head.decorator_list, head.returns, head.name = [], None, "sample_tokens_head"
-    _compile_into(head, ns, defs, f"{path}:HPUModelRunner.sample_tokens")
+    _compile_into(head, ns, defs, others, f"{path}:HPUModelRunner.sample_tokens")
     methods["sample_tokens_head"] = ns.pop("sample_tokens_head")
     return type("Runner", (), methods), ns
 

@@ -1,0 +1,263 @@
+"""``fixpack record``: turn a maintainer's hand edits of the installed files into a new fix module.
+
+patch-package's workflow for Python. Which files changed: for a pip install, those whose bytes no
+longer hash as RECORD says (and files RECORD does not list); for an editable install, those that
+differ from the pristine source. What they were: the ``--source DIST=DIR`` tree, or, without one,
+the editable install's git checkout (``HEAD``). RECORD keeps only hashes, so a pip-installed file
+edited by hand needs ``--source``; its RECORD hash then proves the source is the installed build.
+
+Edits fixpack made itself are not the maintainer's: a file the manifest says fixpack patched is
+compared with what fixpack made of it (the pristine bytes with the recorded fixes applied), so the
+new fix holds only the edits on top, and its fingerprints are taken at the end of the pack's chain.
+"""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import compose, lock, transaction
+from .applicators import diff
+from .catalog import FIX_ID, Catalog, load_fix
+from .environment import Distribution, Environment
+from .errors import Refused, UsageError
+from .fingerprint import State, of, sha256
+from .manifest import FileRecord, Manifest
+from .model import Change, Fingerprint, Profile
+from .operations import _read_manifest, pack_chain
+
+
+@dataclass
+class Recorded:
+    fix_dir: Path
+    files: list[tuple[str, int, int]]  # path, lines added, removed
+    on_top_of: list[str]  # fixes fixpack had applied to the edited files: the diff is taken on them
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Edit:
+    path: str
+    pristine: bytes | None
+    base: bytes | None  # what the file was before the maintainer: pristine plus fixpack's fixes
+    current: bytes | None
+
+
+def _skipped(rel: str) -> bool:
+    """Bytecode and hidden files (fixpack's temporaries) are never a maintainer's edit."""
+    parts = rel.split("/")
+    return "__pycache__" in parts or rel.endswith((".pyc", ".pyo")) or any(p.startswith(".") for p in parts)
+
+
+def _walk(root: Path, package: str) -> set[str]:
+    top = root / package
+    return {p.relative_to(root).as_posix() for p in top.rglob("*") if p.is_file()} if top.is_dir() else set()
+
+
+def _record_paths(dist: Distribution) -> list[str]:
+    try:
+        rows = list(csv.reader((dist.dist_info / "RECORD").read_text(encoding="utf-8").splitlines()))
+    except OSError:
+        return []
+    return [row[0] for row in rows if row and row[0].startswith(f"{dist.package}/")]
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=False)
+
+
+class _Source:
+    """A distribution's pristine bytes: a ``--source`` tree, the editable checkout's git HEAD, or none."""
+
+    def __init__(self, dist: Distribution, tree: Path | None) -> None:
+        self.dist, self.tree = dist, tree
+        self.git = tree is None and dist.editable and _git(dist.files_root, "rev-parse", "HEAD").returncode == 0
+
+    @property
+    def known(self) -> bool:
+        return self.tree is not None or self.git
+
+    def read(self, path: str) -> bytes | None:
+        if self.tree is not None:
+            target = self.tree / path
+            return target.read_bytes() if target.is_file() else None
+        shown = _git(self.dist.files_root, "show", f"HEAD:./{path}")
+        return shown.stdout if shown.returncode == 0 else None
+
+    def candidates(self) -> list[str]:
+        """Paths that may hold an edit, before fixpack's own changes are told apart."""
+        dist, pkg = self.dist, self.dist.package
+        if not dist.editable:
+            listed = _record_paths(dist)
+            changed = [p for p in listed if dist.record_hash(p) and sha256(_read(dist, p)) != dist.record_hash(p)]
+            extra = _walk(dist.files_root, pkg) - set(listed)  # files pip did not install
+            return sorted({*changed, *extra})
+        if self.tree is not None:
+            paths = _walk(dist.files_root, pkg) | _walk(self.tree, pkg)
+            return sorted(p for p in paths if _read(dist, p) != self.read(p))
+        root = dist.files_root
+        if not self.git:
+            raise Refused(f"{dist.name} is an editable install at {root}, not a git checkout: give --source {dist.name}=DIR")
+        changed = _git(root, "diff", "--name-only", "--relative", "-z", "HEAD", "--", pkg).stdout
+        new = _git(root, "ls-files", "-z", "--others", "--exclude-standard", "--", pkg).stdout
+        return sorted({p.decode() for p in (changed + new).split(b"\0") if p})
+
+
+def _read(dist: Distribution, path: str) -> bytes | None:
+    target = dist.file(path)
+    return target.read_bytes() if target.is_file() else None
+
+
+def _fixpacks_own(path: str, current: bytes | None, rec: FileRecord | None, chain: list[Change]) -> bool:
+    """The file is exactly as fixpack left it (per the manifest, or per the locked chain if it is gone)."""
+    if rec is not None:
+        return sha256(current) == rec.applied
+    if compose.pristine_hash(chain) is None:
+        return False
+    return compose.base_of(path, current, None, chain).state is State.APPLIED
+
+
+def _expected_pristine(dist: Distribution, path: str, rec: FileRecord | None, chain: list[Change]) -> str | None:
+    if rec is not None:
+        return rec.pristine
+    if not dist.editable and dist.record_hash(path):
+        return dist.record_hash(path)
+    return compose.pristine_hash(chain)
+
+
+def _edits(
+    catalog: Catalog, profile: Profile, dist: Distribution, source: _Source, manifest: Manifest
+) -> tuple[list[_Edit], list[str]]:
+    """The maintainer's edits in one distribution, and the paths whose pristine bytes are unknown."""
+    edits, unknown = [], []
+    for path in source.candidates():
+        if _skipped(path):
+            continue
+        current = _read(dist, path)
+        rec = manifest.files.get(path)
+        chain = pack_chain(catalog, profile, path)
+        if _fixpacks_own(path, current, rec, chain):
+            continue
+        listed = dist.record_hash(path) is not None
+        if not source.known and (listed or rec is not None):
+            unknown.append(path)
+            continue
+        pristine = source.read(path) if source.known else None
+        want = _expected_pristine(dist, path, rec, chain)
+        if want is not None and sha256(pristine) != want and not (pristine is None and rec and rec.pristine is None):
+            where = f"--source {source.tree}" if source.tree else f"git HEAD of {dist.files_root}"
+            raise Refused(
+                f"{path}: the pristine file from {where} is not the one installed "
+                f"(sha256 {sha256(pristine) or 'absent'}, expected {want}): give the release's tree"
+            )
+        applied = [_change_of(catalog, manifest, fid, path) for fid in (rec.fixes if rec else ())]
+        base = compose.build(pristine, applied)
+        if base != current:
+            edits.append(_Edit(path, pristine, base, current))
+    return edits, unknown
+
+
+def _change_of(catalog: Catalog, manifest: Manifest, fix_id: str, path: str) -> Change:
+    fix = catalog.fixes.get(fix_id)
+    change = next((c for c in (fix.changes.get(manifest.release or "", ()) if fix else ()) if c.path == path), None)
+    if change is None:
+        raise Refused(f"{path}: the manifest says {fix_id} patched it, but this cookbook has no such change")
+    return change
+
+
+def _fingerprint(catalog: Catalog, profile: Profile, edit: _Edit, patch: str) -> Fingerprint:
+    """As ``fixpack lock`` will take it with the new fix at the end of the pack."""
+    before = compose.build(edit.pristine, pack_chain(catalog, profile, edit.path))
+    (fd,) = diff.split_files(patch)
+    try:
+        after = diff.apply(fd, before)
+    except diff.HunkFailed as exc:
+        raise Refused(
+            f"{edit.path}: the edit does not apply after the pack's other fixes (the opt-ins included): {exc}",
+            details=exc.nearest,
+        ) from None
+    return Fingerprint(of(edit.pristine), of(before), of(after))
+
+
+def _skeleton(fix_id: str, release: str, on_top_of: list[str]) -> str:
+    text = textwrap.dedent(
+        f'''\
+        id = "{fix_id}"
+        title = "TODO: one line, as the upstream commit's subject"
+        why = """
+        TODO: what breaks and where (file, function), the mechanism, and what the change does.
+        """
+        requires = []
+        conflicts = []
+        opt_in = false
+        verified_on = "TODO"
+
+        [upstream]
+        status = "pending"
+        ref = ""
+        note = ""
+
+        [proof]
+        level = "none"
+        reason = "TODO: write proof.py and set level = \\"demonstrated\\", or say why there is none"
+
+        [release."{release}"]
+        patch = "{release}.patch"
+        '''
+    )
+    if not on_top_of:
+        return text
+    hint = f"# The diff was taken on top of {', '.join(on_top_of)} (fixpack had applied them): require what it needs.\n"
+    return text.replace("requires = []", hint + "requires = []", 1)
+
+
+def record(
+    catalog: Catalog, fix_id: str, profile_name: str, site: Path | None = None, sources: dict[str, Path] | None = None
+) -> Recorded:
+    sources = sources or {}
+    if not FIX_ID.match(fix_id):
+        raise UsageError(f"fix id {fix_id!r} must be lower-case-with-dashes")
+    fix_dir = catalog.root / "fixes" / fix_id
+    if fix_id in catalog.fixes or fix_dir.exists():
+        raise UsageError(f"fix {fix_id!r} already exists ({fix_dir})")
+    profile = catalog.profile(profile_name)
+    stray = sorted(set(sources) - {p.dist for p in profile.pins})
+    if stray:
+        raise UsageError(f"--source {', '.join(stray)}: profile {profile.name} pins no such distribution")
+    env = Environment.read({p.dist: p.package for p in profile.pins}, site)
+    dists = {p.dist: env.get(p.dist) for p in profile.pins}
+    notes = []
+    with transaction.locked(env.state_dir):
+        if transaction.recover(env.state_dir):
+            notes.append(f"recovered an interrupted transaction from {env.state_dir / transaction.JOURNAL}")
+        manifest = _read_manifest(env.state_dir)
+    if manifest.release not in (None, profile.release):
+        raise Refused(f"this environment has fixes of release {manifest.release} applied, not {profile.release}")
+
+    edits, unknown = [], []
+    for pin in profile.pins:
+        found, missing = _edits(catalog, profile, dists[pin.dist], _Source(dists[pin.dist], sources.get(pin.dist)), manifest)
+        edits += found
+        unknown += [f"{p} ({pin.dist})" for p in missing]
+    if unknown:
+        raise Refused(
+            "the pristine bytes of edited files are unknown (RECORD keeps only their hashes): "
+            f"{', '.join(unknown)}; give --source DIST=DIR, a tree of the release"
+        )
+    if not edits:
+        raise Refused("no edits found: every installed file is pristine or as fixpack left it")
+
+    patches = {e.path: diff.render(e.path, e.base, e.current) for e in edits}
+    prints = {e.path: _fingerprint(catalog, profile, e, patches[e.path]) for e in edits}
+    on_top_of = list(dict.fromkeys(f for e in edits for f in (manifest.files[e.path].fixes if e.path in manifest.files else ())))
+    fix_dir.mkdir(parents=True)
+    (fix_dir / "fix.toml").write_text(_skeleton(fix_id, profile.release, on_top_of), encoding="utf-8")
+    (fix_dir / f"{profile.release}.patch").write_bytes("".join(patches.values()).encode(diff.ENC, diff.ERRORS))
+    fix = load_fix(fix_dir)
+    lock.write(Catalog({**catalog.fixes, fix_id: fix}, catalog.profiles, catalog.root), profile, {fix_id: prints})
+    files = [(c.path, *compose.line_counts(c)) for c in fix.changes[profile.release]]
+    notes.append(f"add {fix_id!r} to the pack of profiles/{profile.name}.toml (its fingerprints assume the end)")
+    return Recorded(fix_dir, files, on_top_of, notes)

@@ -1,0 +1,148 @@
+"""The real v0.26.0 pack on the real upstream trees.
+
+Needs FIXPACK_SRC_VLLM_GAUDI (a vllm-gaudi tree at v0.26.0, repository layout) and FIXPACK_SRC_VLLM
+(vLLM 0.26.0's .py files, repository layout); skipped, saying so, without them. Nothing upstream is
+stored here: the trees are read from those folders and copied to temporary ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import GAUDI_COMMIT, REPO, write_dist
+
+from fixpack.catalog import Catalog
+
+SRC_GAUDI = os.environ.get("FIXPACK_SRC_VLLM_GAUDI")
+SRC_VLLM = os.environ.get("FIXPACK_SRC_VLLM")
+pytestmark = [
+    pytest.mark.realtree,
+    pytest.mark.skipif(
+        not (SRC_GAUDI and SRC_VLLM), reason="FIXPACK_SRC_VLLM_GAUDI and FIXPACK_SRC_VLLM are not set (real trees)"
+    ),
+]
+PROFILE = "v0.26.0"
+
+
+def _opt_ins() -> list[str]:
+    return list(Catalog.load(REPO).profile(PROFILE).opt_ins)
+
+
+def _package_files(root: Path, package: str) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted((root / package).rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+@pytest.fixture(scope="module")
+def real_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A site laid out as pip leaves it: dist-info with RECORD, and _version.py with the commit."""
+    site = tmp_path_factory.mktemp("real") / "site"
+    gaudi = _package_files(Path(SRC_GAUDI), "vllm_gaudi")  # type: ignore[arg-type]
+    gaudi.pop("vllm_gaudi/_version.py", None)
+    write_dist(site, "vllm-gaudi", "0.26.0", gaudi, commit=GAUDI_COMMIT)
+    vllm = _package_files(Path(SRC_VLLM), "vllm")  # type: ignore[arg-type]
+    write_dist(site, "vllm", "0.26.0", vllm)  # the wheel's own _version.py says gffd46bfab
+    return site
+
+
+def _tree_hashes(site: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(site)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(site.rglob("*.py"))
+        if "__pycache__" not in p.parts
+    }
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("FIXPACK_COOKBOOK", None)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_profile_applies_is_idempotent_and_reverts_exactly(real_site: Path):
+    pristine = _tree_hashes(real_site)
+    apply_all = str(REPO / "fixes" / "apply_all.py")
+    first = _run(apply_all, "--profile", PROFILE, "--site", str(real_site), *_opt_ins())
+    assert first.returncode == 0, first.stderr
+    patched = _tree_hashes(real_site)
+    changed = sorted(p for p in patched if patched[p] != pristine.get(p))
+    assert changed, "nothing was patched"
+    mtimes = {p: (real_site / p).stat().st_mtime_ns for p in changed}
+    again = _run(apply_all, "--profile", PROFILE, "--site", str(real_site), *_opt_ins(), "--json")
+    assert again.returncode == 0, again.stderr
+    assert {f["action"] for f in json.loads(again.stdout)["fixes"]} == {"already-applied"}
+    assert {p: (real_site / p).stat().st_mtime_ns for p in changed} == mtimes
+    status = _run("-m", "fixpack", "status", "--site", str(real_site), "--json")
+    states = {f["id"]: f["state"] for f in json.loads(status.stdout)["fixes"]}
+    assert set(states.values()) == {"applied"} and len(states) == len(Catalog.load(REPO).profile(PROFILE).pack)
+    reverted = _run("-m", "fixpack", "revert", "--site", str(real_site))
+    assert reverted.returncode == 0, reverted.stderr
+    assert _tree_hashes(real_site) == pristine
+
+
+def test_verify_profile_on_real_trees(tmp_path: Path):
+    junit = tmp_path / "verify.xml"
+    r = _run(
+        "-m", "fixpack", "verify", "--profile", PROFILE, "--json", "--junit", str(junit),
+        f"--source=vllm-gaudi={SRC_GAUDI}", f"--source=vllm={SRC_VLLM}",
+    )  # fmt: skip
+    out = json.loads(r.stdout)
+    failures = {x["fix"]: x["failures"] for x in out["results"] if x["failures"]}
+    assert r.returncode == 0 and out["ok"], failures
+    for result in out["results"]:
+        assert result["applies"] and result["compiles"] and result["reverts"], result
+        assert result["proof"] in ("demonstrated", "partial"), result
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t")  # fmt: skip
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _clean_checkout(src: Path, package: str, dest: Path, commit: str | None) -> Path:
+    """A clean git checkout of ``src`` at ``commit``, or a fresh repository of its package."""
+    if commit and (src / ".git").exists():
+        subprocess.run(["git", "clone", "-q", "--no-checkout", str(src), str(dest)], check=True)
+        _git(dest, "-c", "advice.detachedHead=false", "checkout", "-q", commit)
+        return dest
+    shutil.copytree(src / package, dest / package, ignore=shutil.ignore_patterns("__pycache__"))
+    _git(dest, "init", "-q")
+    _git(dest, "add", "-A")
+    _git(dest, "commit", "-qm", "vLLM 0.26.0")
+    return dest
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_mbox_series_applies_with_git_am_and_matches_apply(real_site: Path, tmp_path: Path):
+    assert (
+        _run(str(REPO / "fixes/apply_all.py"), "--profile", PROFILE, "--site", str(real_site), *_opt_ins()).returncode
+        == 0
+    )
+    try:
+        for dist, src, package, commit in (
+            ("vllm-gaudi", SRC_GAUDI, "vllm_gaudi", GAUDI_COMMIT),
+            ("vllm", SRC_VLLM, "vllm", None),
+        ):
+            mbox = _run("-m", "fixpack", "diff", "--profile", PROFILE, *_opt_ins(), "--format", "mbox", "--dist", dist)
+            assert mbox.returncode == 0, mbox.stderr
+            (tmp_path / f"{dist}.mbox").write_text(mbox.stdout)
+            repo = _clean_checkout(Path(src), package, tmp_path / dist, commit)  # type: ignore[arg-type]
+            _git(repo, "am", "-q", str(tmp_path / f"{dist}.mbox"))
+            patched = _git(repo, "diff", "--name-only", "HEAD~" + str(mbox.stdout.count("\nSubject: [PATCH")), "HEAD")
+            for path in patched.split():
+                assert (repo / path).read_bytes() == (real_site / path).read_bytes(), path
+    finally:
+        _run("-m", "fixpack", "revert", "--site", str(real_site))
