@@ -191,7 +191,13 @@ def show(fix: str, site: Path | None) -> int:
     return 0
 
 
+SOURCE_ENV = {"vllm-gaudi": "FIXPACK_SRC_VLLM_GAUDI", "vllm": "FIXPACK_SRC_VLLM"}
+
+
 def _sources(values: tuple[str, ...]) -> dict[str, Path]:
+    """``--source DIST=DIR`` options; without any, the FIXPACK_SRC_* variables the tests use."""
+    if not values:
+        values = tuple(f"{dist}={os.environ[var]}" for dist, var in SOURCE_ENV.items() if os.environ.get(var))
     out = {}
     for value in values:
         dist, sep, folder = value.partition("=")
@@ -209,7 +215,8 @@ SOURCE = click.option(
     "sources",
     multiple=True,
     metavar="DIST=DIR",
-    help="An upstream tree in repository layout: vllm-gaudi=DIR (DIR/vllm_gaudi/...), vllm=DIR (DIR/vllm/...).",
+    help="An upstream tree in repository layout: vllm-gaudi=DIR (DIR/vllm_gaudi/...), vllm=DIR (DIR/vllm/...). "
+    "Default: $FIXPACK_SRC_VLLM_GAUDI and $FIXPACK_SRC_VLLM.",
 )
 
 
