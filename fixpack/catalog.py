@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .applicators.diff import split_files
+from .applicators.diff import index
 from .errors import UsageError
 from .model import PROOF_LEVELS, UPSTREAM_STATUSES, Change, Fingerprint, Fix, Pin, Profile, Proof, Upstream
 
@@ -53,6 +53,11 @@ def _get(data: dict[str, Any], key: str, kind: type, where: Path, default: Any =
     if not isinstance(value, kind) or (kind is list and not all(isinstance(v, str) for v in value)):
         raise _invalid(where, f"{key!r} must be a {kind.__name__}" + (" of strings" if kind is list else ""))
     return value
+
+
+def rendered_patch_name(release: str) -> str:
+    """Where ``fixpack lock`` writes the diff it renders from a release's cst transforms."""
+    return f"{release}.rendered.patch"
 
 
 def lock_path(fix_dir: Path, release: str) -> Path:
@@ -98,13 +103,18 @@ def load_fix(fix_dir: Path) -> Fix:
     for release, spec in _get(data, "release", dict, where).items():
         if not isinstance(spec, dict):
             raise _invalid(where, f"release {release!r} must be a table")
-        patch_file = fix_dir / _get(spec, "patch", str, where)
+        transforms = _get(spec, "transforms", str, where, "")
+        if transforms and not (fix_dir / transforms).is_file():
+            raise _invalid(where, f"release {release!r}: {transforms} is missing")
+        patch_file = fix_dir / _get(spec, "patch", str, where, rendered_patch_name(release) if transforms else ...)
+        if transforms and not patch_file.exists():
+            raise _invalid(where, f"release {release!r}: fixpack lock renders {transforms} into {patch_file.name}")
         try:
             text = patch_file.read_bytes().decode("utf-8", "surrogateescape")
         except OSError as exc:
             raise _invalid(where, f"release {release!r}: cannot read {patch_file.name} ({exc.strerror})") from None
         try:
-            per_file = split_files(text)
+            per_file = index(text)
         except ValueError as exc:
             raise _invalid(patch_file, str(exc)) from None
         if not per_file:

@@ -324,11 +324,16 @@ def lock(profile: str, sources: tuple[str, ...]) -> int:
 
     Refuses, naming the hunk, when a change no longer applies.
     """
-    from .lock import fingerprints, write
+    from .catalog import REPO_ROOT, load_profile
+    from .lock import fingerprints, render_cst, write
 
+    roots = _sources(sources)
+    root = Path(os.environ.get("FIXPACK_COOKBOOK") or REPO_ROOT)
+    prof_file = root / "profiles" / f"{profile}.toml"
+    changed = render_cst(root, load_profile(prof_file), roots) if prof_file.exists() else []
     catalog = _catalog()
     prof = catalog.profile(profile)
-    changed = write(catalog, prof, fingerprints(catalog, prof, _sources(sources)))
+    changed += write(catalog, prof, fingerprints(catalog, prof, roots))
     for path in changed:
         print(f"locked {path.relative_to(catalog.root)}")
     print(f"fixpack lock: profile {prof.name}: {len(changed)} fingerprint file(s) changed")
@@ -343,7 +348,7 @@ def lock(profile: str, sources: tuple[str, ...]) -> int:
     "vllm_gaudi",
     required=True,
     metavar="CHECKOUT|URL",
-    help="A vllm-gaudi git checkout (copied, never written), or a URL to clone.",
+    help="A vllm-gaudi git repository to clone: a URL or a local checkout (never written).",
 )
 @click.option(
     "--vllm-wheel",
@@ -366,3 +371,6 @@ def build_site(site: Path, profile: str, vllm_gaudi: str, vllm_wheel: Path | Non
 def run_apply_all(argv: list[str]) -> None:
     """``fixes/apply_all.py ARGS``: the same as ``fixpack apply ARGS``."""
     main.main(args=["apply", *argv], prog_name="apply_all.py")
+
+
+from . import cli_authoring  # noqa: E402,F401  (its @main.command()s add record and port)

@@ -66,3 +66,29 @@ def write(catalog: Catalog, profile: Profile, prints: dict[str, dict[str, Finger
             target.write_text(text, encoding="utf-8")
             changed.append(target)
     return changed
+
+
+def render_cst(root: Path, profile: Profile, sources: dict[str, Path]) -> list[Path]:
+    """Render each cst fix of the pack against the pristine trees into ``<release>.rendered.patch``.
+
+    Reads fix directories, not the catalog: the catalog needs the rendered patch to load a cst fix.
+    Returns the files that changed.
+    """
+    from .applicators import diff
+    from .applicators.cst import CstFailed, render_transforms, rendered_patch_name, transforms_file
+
+    changed = []
+    for fid in profile.pack:
+        fix_dir = root / "fixes" / fid
+        if transforms_file(fix_dir, profile.release) is None:
+            continue
+        try:
+            text = render_transforms(fix_dir, profile.release, lambda path: read_source(sources, profile, path))
+        except (CstFailed, ValueError) as exc:
+            raise Refused(f"{fid}: {exc}") from None
+        target = fix_dir / rendered_patch_name(profile.release)
+        content = text.encode(diff.ENC, diff.ERRORS)
+        if not target.exists() or target.read_bytes() != content:
+            target.write_bytes(content)
+            changed.append(target)
+    return changed

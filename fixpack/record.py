@@ -5,6 +5,7 @@ longer hash as RECORD says (and files RECORD does not list); for an editable ins
 differ from the pristine source. What they were: the ``--source DIST=DIR`` tree, or, without one,
 the editable install's git checkout (``HEAD``). RECORD keeps only hashes, so a pip-installed file
 edited by hand needs ``--source``; its RECORD hash then proves the source is the installed build.
+A file the pristine tree lacks is recorded as a new one only if it is Python source.
 
 Edits fixpack made itself are not the maintainer's: a file the manifest says fixpack patched is
 compared with what fixpack made of it (the pristine bytes with the recorded fixes applied), so the
@@ -47,9 +48,12 @@ class _Edit:
 
 
 def _skipped(rel: str) -> bool:
-    """Bytecode and hidden files (fixpack's temporaries) are never a maintainer's edit."""
+    """Bytecode, hidden files (fixpack's temporaries) and the build's ``_version.py`` are never an edit."""
     parts = rel.split("/")
-    return "__pycache__" in parts or rel.endswith((".pyc", ".pyo")) or any(p.startswith(".") for p in parts)
+    generated = len(parts) == 2 and parts[1] == "_version.py"
+    return (
+        generated or "__pycache__" in parts or rel.endswith((".pyc", ".pyo")) or any(p.startswith(".") for p in parts)
+    )
 
 
 def _walk(root: Path, package: str) -> set[str]:
@@ -100,7 +104,9 @@ class _Source:
             return sorted(p for p in paths if _read(dist, p) != self.read(p))
         root = dist.files_root
         if not self.git:
-            raise Refused(f"{dist.name} is an editable install at {root}, not a git checkout: give --source {dist.name}=DIR")
+            raise Refused(
+                f"{dist.name} is an editable install at {root}, not a git checkout: give --source {dist.name}=DIR"
+            )
         changed = _git(root, "diff", "--name-only", "--relative", "-z", "HEAD", "--", pkg).stdout
         new = _git(root, "ls-files", "-z", "--others", "--exclude-standard", "--", pkg).stdout
         return sorted({p.decode() for p in (changed + new).split(b"\0") if p})
@@ -146,8 +152,10 @@ def _edits(
             unknown.append(path)
             continue
         pristine = source.read(path) if source.known else None
+        if pristine is None and rec is None and not path.endswith(".py"):
+            continue  # a build's by-product (an in-place extension, a cache), not an authored file
         want = _expected_pristine(dist, path, rec, chain)
-        if want is not None and sha256(pristine) != want and not (pristine is None and rec and rec.pristine is None):
+        if want is not None and sha256(pristine) != want:
             where = f"--source {source.tree}" if source.tree else f"git HEAD of {dist.files_root}"
             raise Refused(
                 f"{path}: the pristine file from {where} is not the one installed "
@@ -239,7 +247,9 @@ def record(
 
     edits, unknown = [], []
     for pin in profile.pins:
-        found, missing = _edits(catalog, profile, dists[pin.dist], _Source(dists[pin.dist], sources.get(pin.dist)), manifest)
+        found, missing = _edits(
+            catalog, profile, dists[pin.dist], _Source(dists[pin.dist], sources.get(pin.dist)), manifest
+        )
         edits += found
         unknown += [f"{p} ({pin.dist})" for p in missing]
     if unknown:
@@ -252,7 +262,9 @@ def record(
 
     patches = {e.path: diff.render(e.path, e.base, e.current) for e in edits}
     prints = {e.path: _fingerprint(catalog, profile, e, patches[e.path]) for e in edits}
-    on_top_of = list(dict.fromkeys(f for e in edits for f in (manifest.files[e.path].fixes if e.path in manifest.files else ())))
+    on_top_of = list(
+        dict.fromkeys(f for e in edits for f in (manifest.files[e.path].fixes if e.path in manifest.files else ()))
+    )
     fix_dir.mkdir(parents=True)
     (fix_dir / "fix.toml").write_text(_skeleton(fix_id, profile.release, on_top_of), encoding="utf-8")
     (fix_dir / f"{profile.release}.patch").write_bytes("".join(patches.values()).encode(diff.ENC, diff.ERRORS))

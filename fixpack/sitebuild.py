@@ -1,14 +1,13 @@
 """``fixpack build-site``: lay out a site directory the way the Gaudi image installs v0.26.0.
 
 vLLM comes from its wheel (downloaded from the package index, or a file given), vllm-gaudi from a
-git checkout (a folder, or a URL to clone) at the pinned tag; both are installed with
+git clone (of a URL or a local checkout) at the pinned commit; both are installed with
 ``pip install --no-deps --no-build-isolation --target SITE``, which leaves the dist-info, RECORD
 and ``_version.py`` an image has. Nothing is imported.
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,12 +55,9 @@ def build(
         done.append(f"installed {vllm_wheel.name}")
 
         checkout = work / "vllm-gaudi"
-        source = Path(vllm_gaudi)
-        if source.is_dir():
-            # A copy, so that the build never writes into the maintainer's checkout.
-            shutil.copytree(source, checkout, symlinks=True, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-        else:
-            _run(["git", "clone", "--quiet", vllm_gaudi, str(checkout)], "cloning vllm-gaudi")
+        # A clone, of a URL or a local checkout alike: the build never writes into the maintainer's
+        # checkout, and the tags that setuptools-scm reads the version from come along.
+        _run(["git", "clone", "--quiet", "--no-checkout", vllm_gaudi, str(checkout)], "cloning vllm-gaudi")
         ref = tag or gaudi_commit or profile.release
         _run(["git", "-c", "advice.detachedHead=false", "checkout", "--quiet", ref], f"checking out {ref}", checkout)
         _run(

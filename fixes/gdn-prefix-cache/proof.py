@@ -149,6 +149,7 @@ class InputBatch:
 
 
 def _load_module(path: Path, name: str) -> types.ModuleType:
+    sys.dont_write_bytecode = True  # never leave __pycache__ in the trees
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -421,7 +422,12 @@ def check(trees: Trees) -> None:
     for req_id, tokens, start in (("B", tok_b[48:96], 48), ("D", tok_d, 0)):
         attention(req_id, tokens, start)
         outs[req_id] = model.forward(req_id, tokens)
+    before = snapshot()
     exec(hook_code, {}, {"self": runner, "scheduler_output": so})
+    touched_slots, touched_blocks = changed(before)
+    assert not touched_slots and touched_blocks == {13, 14}, (
+        f"step 3 checkpoints touched slots {sorted(touched_slots)} / pages {sorted(touched_blocks)}, "
+        "expected pages [13, 14] (B's blocks ending at token 96)")
     for name in ref_out:
         assert torch.allclose(outs["B"][name].float(), ref_out[name][:, 48:].float()), (
             f"{name}: request B resumed from its prefix hit produces different outputs for tokens 48..95")
@@ -494,3 +500,22 @@ def check(trees: Trees) -> None:
                 f"request G resumed without a hit kept its old GDN state (tensor {t}, group {g})")
     touched_slots, touched_blocks = changed(before)
     assert touched_slots <= {slot("G", g) for g in range(2)} and not touched_blocks, "step 7 touched other state"
+
+    # Step 8: B comes back (re-added, not resumed) and decodes one token at 110.
+    b_state = [[slot_bytes(t, slot("B", g)) for g in range(2)] for t in range(2)]
+    run(_step([], _cached([("B", 110, [[], [], []])], set()), {"B": 1}, set(), []), {})
+    # Step 9: reset_prefix_cache(reset_running_requests=True) preempted B between the steps, and B
+    # resumes at once, with a hit of 48 tokens, while it is still in the persistent batch.
+    assert "B" in runner.input_batch.req_id_to_index
+    before = snapshot()
+    update_states(runner, _step([], _cached([("B", 48, [[5, 10], [6, 12], [7, 19]])], {"B"}), {"B": BLOCK}, set(),
+                                [19]))
+    for t in range(2):
+        for g in range(2):
+            got = slot_bytes(t, slot("B", g))
+            assert torch.equal(got, a_after_1[t][g]), (
+                f"request B force-preempted and resumed in the persistent batch with a prefix hit of 48 tokens: its "
+                f"GDN slot (tensor {t}, group {g}) holds "
+                f"{'its own running state' if torch.equal(got, b_state[t][g]) else 'other data'}")
+    touched_slots, touched_blocks = changed(before)
+    assert touched_slots <= {slot("B", g) for g in range(2)} and not touched_blocks, "step 9 touched other state"

@@ -135,7 +135,7 @@ def check(trees: Trees) -> None:
 
     runner = StandIn(
         _compact_gdn_group_ids=set(), _compact_gdn_group_offset={}, _compact_gdn_enabled=True,
-        _original_max_num_seqs=4, _gdn_req_to_base_slot={}, _gdn_slot_free_list=[],
+        _original_max_num_seqs=4, _gdn_req_to_base_slot={}, _gdn_slot_free_list=[], use_prefix_caching=False,
         maybe_add_kv_sharing_layers_to_kv_cache_groups=lambda cfg: None,
         may_add_encoder_only_layers_to_kv_cache_config=lambda: None,
         initialize_attn_backend=lambda cfg: None, may_reinitialize_input_batch=lambda cfg, sizes: None,

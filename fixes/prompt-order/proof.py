@@ -132,7 +132,9 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec: Any) -> Any:
-        return mock.MagicMock(name=spec.name)
+        module = mock.MagicMock(name=spec.name)
+        module.__path__ = []
+        return module
 
     def exec_module(self, module: Any) -> None:
         pass
@@ -149,10 +151,13 @@ def load_input_batch(trees: Trees) -> types.ModuleType:
     vllm = trees.vllm / "vllm"
     lp = "vllm.v1.sample.logits_processor"
     sys.meta_path.insert(0, _StubFinder())
-    stub_modules("vllm.lora.request", "vllm.multimodal.inputs", "vllm.pooling_params", "vllm.sampling_params",
+    stubs = stub_modules("vllm.lora.request", "vllm.multimodal.inputs", "vllm.pooling_params", "vllm.sampling_params",
                  "vllm.utils.collection_utils", "vllm.utils.math_utils", "vllm.utils.torch_utils", "vllm.v1.outputs",
                  "vllm.v1.pool.metadata", "vllm.v1.worker.block_table", "vllm.v1.sample.thinking_budget_state",
                  lp, "vllm_gaudi.utils", *HABANA_MODULES)
+    for stub in stubs.values():  # packages, for imports of modules not stubbed here
+        stub.__path__ = []
+        stub.__spec__ = None
     sys.modules["vllm"].SamplingParams = SamplingParams
     sys.modules["vllm.sampling_params"].SamplingParams = SamplingParams
     sys.modules["vllm.sampling_params"].SamplingType = SamplingType

@@ -3,7 +3,9 @@
 A fix's release may say ``transforms = "<release>_cst.py"`` in fix.toml instead of a patch. That
 file is data: it defines ``TRANSFORMS``, a list of :class:`Transform`, one per file::
 
-    from fixpack.applicators.cst import Transform, add_import, insert_after, replace_body, replace_expr
+    from fixpack.applicators.cst import (
+        Transform, add_import, insert_after, replace_body, replace_expr, replace_statement,
+    )
 
     TRANSFORMS = [
         Transform(
@@ -15,6 +17,7 @@ file is data: it defines ``TRANSFORMS``, a list of :class:`Transform`, one per f
                     return super()._update_request_with_output(request, new_token_ids)
                 '''),
                 insert_after("HPUAsyncScheduler.schedule", "output = super().schedule()", "self._count(output)"),
+                replace_statement("HPUAsyncScheduler.schedule", "self.paused = False", "self.paused = self.draining"),
                 replace_expr("HPUAsyncScheduler.schedule", "len(self.running)", "self.num_running"),
                 add_import("from vllm.logger import init_logger"),
             ],
@@ -25,7 +28,9 @@ Every edit names its place by qualified name: ``"func"``, ``"Class.method"``, ``
 (``""`` is the whole module where an edit takes a scope). A name that is not defined, or defined
 more than once (``if``/``else`` twins, overloads), fails with the name, never guessing.
 
-Code given to an edit is dedented; its indentation is the place's. ``fixpack lock`` renders the
+An anchor statement is given by its text or, for a compound one (``if``, ``for``, ``with``), by its
+first line; ``replace_statement`` replaces a compound statement with its whole block. Code given
+to an edit is dedented; its indentation is the place's. ``fixpack lock`` renders the
 transforms against the pristine file into ``<release>.rendered.patch`` (git-style, fingerprinted
 like any diff), and ``apply`` uses that diff: libcst runs only while authoring (lock, port, record),
 never on the container's start-up path. libcst is imported inside the functions that run an edit.
@@ -47,11 +52,6 @@ from . import diff
 
 if TYPE_CHECKING:  # pragma: no cover - for the type checker only
     import libcst as cst
-
-
-def rendered_patch_name(release: str) -> str:
-    """The file ``fixpack lock`` writes a release's rendered transforms to, beside fix.toml."""
-    return f"{release}.rendered.patch"
 
 
 class CstFailed(ValueError):
@@ -204,6 +204,11 @@ def insert_after(name: str, anchor: str, code: str) -> Edit:
     return Edit("insert_after", name, (anchor, code))
 
 
+def replace_statement(name: str, anchor: str, code: str) -> Edit:
+    """Replace the one statement in ``name`` whose text (or first line) is ``anchor``, its block included."""
+    return Edit("replace_statement", name, (anchor, code))
+
+
 def replace_expr(name: str, old: str, new: str) -> Edit:
     """Replace the one expression in ``name`` written ``old`` (layout aside) with ``new``."""
     return Edit("replace_expr", name, (old, new))
@@ -253,11 +258,19 @@ def _anchored(module: cst.Module, name: str, anchor: str) -> tuple[cst.CSTNode, 
     return hits[0]
 
 
-def _insert(module: cst.Module, name: str, anchor: str, code: str, offset: int) -> cst.Module:
+def _splice(module: cst.Module, name: str, anchor: str, code: str, start: int, stop: int) -> cst.Module:
+    """Put ``code`` in place of ``body[i + start : i + stop]`` of the anchor's block (i: the anchor)."""
     block, i = _anchored(module, name, anchor)
     body = list(block.body)  # type: ignore[attr-defined]
-    body[i + offset : i + offset] = _statements(code, module)
+    new = _statements(code, module)
+    if stop > start and not new[0].leading_lines:  # a replaced statement's comments stay unless code has its own
+        new[0] = new[0].with_changes(leading_lines=body[i].leading_lines)
+    body[i + start : i + stop] = new
     return _replace(module, block, block.with_changes(body=body))
+
+
+# Name nodes that bind or label rather than evaluate: def f, class C, (x=1), a.attr, f(k=v).
+_LABELS = {"FunctionDef": "name", "ClassDef": "name", "Param": "name", "Attribute": "attr", "Arg": "keyword"}
 
 
 def _replace_expr(module: cst.Module, name: str, old: str, new: str) -> cst.Module:
@@ -270,9 +283,15 @@ def _replace_expr(module: cst.Module, name: str, old: str, new: str) -> cst.Modu
         raise _EditError(f"an expression does not parse: {exc.message}") from None
     want = _expr_key(old)
     hits: list[cst.BaseExpression] = []
+    names: set[int] = set()  # the _LABELS children met so far
 
     class Visitor(cst.CSTVisitor):
         def on_visit(self, node: cst.CSTNode) -> bool:
+            label = getattr(node, _LABELS.get(type(node).__name__, ""), None)
+            if label is not None:
+                names.add(id(label))
+            if id(node) in names:
+                return False
             # Same node type first: rendering every expression of a large file would be slow.
             if type(node) is type(old_expr) and _expr_key(module.code_for_node(node)) == want:
                 hits.append(node)  # type: ignore[arg-type]
@@ -283,7 +302,9 @@ def _replace_expr(module: cst.Module, name: str, old: str, new: str) -> cst.Modu
     if not hits:
         raise _EditError(f"no expression {old!r} {where}")
     if len(hits) > 1:
-        raise _EditError(f"expression {old!r} occurs {len(hits)} times {where} (lines {_lines(module, hits)}): ambiguous")
+        raise _EditError(
+            f"expression {old!r} occurs {len(hits)} times {where} (lines {_lines(module, hits)}): ambiguous"
+        )
     target = hits[0]
     if not new_expr.lpar:  # keep the parentheses the old expression had around it
         new_expr = new_expr.with_changes(lpar=target.lpar, rpar=target.rpar)
@@ -353,8 +374,9 @@ def _add_function(module: cst.Module, after: str, code: str) -> cst.Module:
 
 _KINDS: dict[str, Callable[..., Any]] = {
     "replace_body": _replace_body,
-    "insert_before": lambda m, n, a, c: _insert(m, n, a, c, 0),
-    "insert_after": lambda m, n, a, c: _insert(m, n, a, c, 1),
+    "insert_before": lambda m, n, a, c: _splice(m, n, a, c, 0, 0),
+    "insert_after": lambda m, n, a, c: _splice(m, n, a, c, 1, 1),
+    "replace_statement": lambda m, n, a, c: _splice(m, n, a, c, 0, 1),
     "replace_expr": _replace_expr,
     "add_import": _add_import,
     "add_function": _add_function,

@@ -7,7 +7,6 @@ several fixes chain in one file. Text is decoded with ``surrogateescape`` so tha
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 ENC, ERRORS = "utf-8", "surrogateescape"
@@ -56,6 +55,39 @@ class FileDiff:
 
 def _strip_prefix(name: str) -> str:
     return name[2:] if name[:2] in ("a/", "b/") else name
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file's part of a patch, found without parsing its hunks."""
+
+    path: str
+    text: str
+    creates: bool
+    deletes: bool
+
+
+def index(text: str) -> list[FileEntry]:
+    """Cut a patch into its files by their headers alone, which is all the already-applied path
+    needs (unidiff parses the hunks only when a change must run). A line starting ``diff --git ``
+    is always a header: hunk lines start with a space, ``+``, ``-`` or ``\\``."""
+    if "\ndiff --git " not in "\n" + text:
+        return [FileEntry(f.path, f.text, f.creates, f.deletes) for f in split_files(text)]
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.startswith("diff --git ")]
+    entries = []
+    for a, b in zip(starts, [*starts[1:], len(lines)]):
+        chunk = lines[a:b]
+        old = next((ln[4:].strip() for ln in chunk if ln.startswith("--- ")), "")
+        new = next((ln[4:].strip() for ln in chunk if ln.startswith("+++ ")), "")
+        if not old or not new:
+            raise ValueError(f"no ---/+++ lines after {chunk[0].strip()!r}")
+        creates, deletes = old == "/dev/null", new == "/dev/null"
+        entries.append(FileEntry(_strip_prefix(old if deletes else new), "".join(chunk), creates, deletes))
+    paths = [e.path for e in entries]
+    if len(set(paths)) != len(paths):
+        raise ValueError("a file appears twice in one patch")
+    return entries
 
 
 def split_files(text: str) -> list[FileDiff]:
@@ -125,6 +157,8 @@ def _locate(lines: list[str], want: tuple[str, ...], expected: int, floor: int) 
 
 def _nearest(lines: list[str], start: int, want: tuple[str, ...]) -> str:
     """The window of the file most like the hunk's lines, as a small diff, for a refusal message."""
+    import difflib
+
     if not want or not lines:
         return ""
     bodies = [_body(x) for x in want]
@@ -179,6 +213,8 @@ def apply(fd: FileDiff, content: bytes | None) -> bytes | None:
 
 def render(path: str, before: bytes | None, after: bytes | None, context: int = 3) -> str:
     """A git-style diff of one file, with paths as in the upstream repository ('' if no change)."""
+    import difflib
+
     a = [] if before is None else before.decode(ENC, ERRORS).splitlines(keepends=True)
     b = [] if after is None else after.decode(ENC, ERRORS).splitlines(keepends=True)
     body = []
