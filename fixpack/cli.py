@@ -80,13 +80,7 @@ def apply(
     from .operations import apply as run
 
     result = run(_catalog(), profile, fixes, site, dry_run=dry_run, allow_unpinned=allow_unpinned)
-    if as_json:
-        report.dump(report.result_json(result))
-        report.notes(result.notes)
-        if result.error is not None:
-            report.error(result.error)
-    else:
-        report.human(result)
+    report.result(result, as_json)
     return result.exit_code
 
 
@@ -118,13 +112,7 @@ def revert(fixes: tuple[str, ...], dry_run: bool, as_json: bool, site: Path | No
     from .operations import revert as run
 
     result = run(_catalog(), fixes, site, dry_run=dry_run)
-    if as_json:
-        report.dump(report.result_json(result))
-        report.notes(result.notes)
-        if result.error is not None:
-            report.error(result.error)
-    else:
-        report.human(result)
+    report.result(result, as_json)
     return result.exit_code
 
 

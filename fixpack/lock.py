@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .catalog import Catalog, lock_path
+from .catalog import Catalog, lock_path, rendered_patch_name
 from .compose import ChangeFailed, build, compile_error
 from .errors import Refused, UsageError
 from .fingerprint import of
@@ -75,7 +75,7 @@ def render_cst(root: Path, profile: Profile, sources: dict[str, Path]) -> list[P
     Returns the files that changed.
     """
     from .applicators import diff
-    from .applicators.cst import CstFailed, render_transforms, rendered_patch_name, transforms_file
+    from .applicators.cst import CstFailed, render_transforms, transforms_file
 
     changed = []
     for fid in profile.pack:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import compose, lock
 from .applicators import cst, diff
-from .catalog import Catalog
+from .catalog import Catalog, rendered_patch_name
 from .errors import UsageError
 from .fingerprint import of
 from .model import Change, Fingerprint, Fix, Profile
@@ -223,7 +223,7 @@ def port(
 
 def _append_release(release: str, cst_file: Path | None) -> str:
     """The table fix.toml gains for ``release``; the file is appended to, never rewritten."""
-    patch = cst.rendered_patch_name(release) if cst_file else f"{release}.patch"
+    patch = rendered_patch_name(release) if cst_file else f"{release}.patch"
     lines = [f'\n[release."{release}"]\n']
     if cst_file:  # the same transforms carried it; lock re-renders them for the new release
         lines.append(f"transforms = {json.dumps(cst_file.name)}\n")
@@ -241,7 +241,7 @@ def _write(
             continue
         fix_dir = Path(fix.source)
         cst_file = cst.transforms_file(fix_dir, result.from_release)
-        patch_file = fix_dir / (cst.rendered_patch_name(release) if cst_file else f"{release}.patch")
+        patch_file = fix_dir / (rendered_patch_name(release) if cst_file else f"{release}.patch")
         patch_file.write_bytes("".join(r.patch for r in mine if r.outcome in APPLIED).encode(diff.ENC, diff.ERRORS))
         result.written.append(patch_file)
         if release in fix.changes:

@@ -59,6 +59,17 @@ def notes(lines: list[str], err: TextIO | None = None) -> None:
         print(f"fixpack: {line}", file=err or sys.stderr)
 
 
+def result(res: Result, as_json: bool) -> None:
+    """An apply or revert result: JSON on stdout and messages on stderr, or lines for people."""
+    if as_json:
+        dump(result_json(res))
+        notes(res.notes)
+        if res.error is not None:
+            error(res.error)
+    else:
+        human(res)
+
+
 def error(exc: FixpackError, err: TextIO | None = None) -> None:
     err = err or sys.stderr
     print(f"fixpack: error: {exc.message}", file=err)

@@ -233,6 +233,8 @@ def pristine_sources(tmp_path: Path) -> dict[str, Path]:
 def cookbook(tmp_path: Path, pristine_sources: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Cookbook:
     book = Cookbook(tmp_path / "cookbook", pristine_sources)
     monkeypatch.setenv("FIXPACK_COOKBOOK", str(book.root))
+    for var in ("FIXPACK_SRC_VLLM_GAUDI", "FIXPACK_SRC_VLLM", "FIXPACK_SITE"):  # the real trees are not these
+        monkeypatch.delenv(var, raising=False)
     return book
 
 

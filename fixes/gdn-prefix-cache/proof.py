@@ -20,21 +20,23 @@ the block the scheduler hands out as the hit.
 from __future__ import annotations
 
 import ast
-import copy
 import importlib.util
-import itertools
 import logging
-import math
-import os
 import sys
 import types
 from pathlib import Path
-from typing import Any, Optional, cast
-from unittest import mock
+from typing import Any, cast
 
 import numpy as np
 import torch
 
+from fixes._support.kv_cache import (
+    FullAttentionSpec,
+    MambaSpec,
+    StandIn,
+    initialize_kv_cache_globals,
+    initialize_kv_cache_runner,
+)
 from fixpack.proofkit import Trees, load_function
 
 RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
@@ -58,37 +60,6 @@ VOCAB = 512
 GDN_GROUPS = [["layers.0.linear_attn", "layers.4.linear_attn"], ["layers.1.linear_attn", "layers.5.linear_attn"]]
 ATTN_LAYERS = ["layers.3.self_attn.attn", "layers.7.self_attn.attn"]
 ATTN_GID = 2
-
-
-class FullAttentionSpec:
-
-    def __init__(self, block_size: int) -> None:
-        self.block_size, self.num_kv_heads, self.head_size, self.dtype = block_size, KV_HEADS, HEAD_SIZE, torch.bfloat16
-        self.page_size_bytes = 2 * block_size * KV_HEADS * HEAD_SIZE * 2
-
-
-class MambaSpec:
-
-    def __init__(self, block_size: int, page_size_bytes: int) -> None:
-        self.block_size, self.page_size_bytes = block_size, page_size_bytes
-        self.shapes = ((WIDTH - 1, CONV_DIM), (HEADS, KDIM, VDIM))
-        self.dtypes = (torch.bfloat16, torch.float32)
-        self.mamba_type = "gdn_attention"
-
-
-class EncoderOnlyAttentionSpec:
-    pass
-
-
-class UniformTypeKVCacheSpecs:
-    pass
-
-
-class StandIn(types.SimpleNamespace):
-    """The runner's ``self``: only the attributes the methods read."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"proof stand-in runner has no attribute {name!r}; the method now reads it")
 
 
 class ReqState(types.SimpleNamespace):
@@ -171,8 +142,8 @@ def _kernels(root: Path) -> tuple[types.ModuleType, types.ModuleType]:
 
 
 def _kv_cache_config() -> types.SimpleNamespace:
-    attn = FullAttentionSpec(BLOCK)
-    gdn = MambaSpec(BLOCK, attn.page_size_bytes)
+    attn = FullAttentionSpec(BLOCK, KV_HEADS, HEAD_SIZE, torch.bfloat16)
+    gdn = MambaSpec(BLOCK, attn.page_size_bytes, shapes=((WIDTH - 1, CONV_DIM), (HEADS, KDIM, VDIM)))
     groups = [types.SimpleNamespace(kv_cache_spec=gdn, layer_names=list(names)) for names in GDN_GROUPS]
     groups.append(types.SimpleNamespace(kv_cache_spec=attn, layer_names=list(ATTN_LAYERS)))
     tensors = [
@@ -285,43 +256,19 @@ def check(trees: Trees) -> None:
     module_py = root / MODULE
     prefix_cache = _load_module(module_py, "proof_gdn_prefix_cache") if module_py.exists() else None
 
-    bound: dict[str, Any] = {}
-
-    def bind_kv_cache(kv_caches: dict[str, Any], ctx: Any, runner_kv_caches: list[Any]) -> None:
-        bound.update(kv_caches)
-
     get_shape = load_function(root / PAGED_ATTN, "HPUPagedAttention.get_kv_cache_shape", {})
-    ns: dict[str, Any] = {
-        "torch": torch, "np": np, "os": os, "math": math, "itertools": itertools, "copy": copy,
-        "deepcopy": copy.deepcopy, "Optional": Optional, "Any": Any, "cast": cast, "logger": mock.MagicMock(),
-        "htorch": mock.MagicMock(), "KVCacheConfig": object, "KVCacheSpec": object,
-        "FullAttentionSpec": FullAttentionSpec, "AttentionSpec": FullAttentionSpec, "MambaSpec": MambaSpec,
-        "EncoderOnlyAttentionSpec": EncoderOnlyAttentionSpec, "UniformTypeKVCacheSpecs": UniformTypeKVCacheSpecs,
-        "_GDN_MAMBA_TYPES": ("gdn_attention", "linear_attention"),
-        "maybe_set_mamba_kv_cache_groups_ids": lambda model, cfg: None,
-        "prepare_kernel_block_sizes": lambda cfg, groups: [BLOCK, BLOCK, KERNEL_BLOCK],
-        "get_dtype_size": lambda dtype: dtype.itemsize, "bind_kv_cache": bind_kv_cache,
-        "has_kv_transfer_group": lambda: False, "get_kv_transfer_group": None, "copy_kv_blocks": None,
-        "CachedRequestState": ReqState, "SamplingType": types.SimpleNamespace(RANDOM_SEED=object()),
-        "get_pp_group": lambda: types.SimpleNamespace(is_last_rank=True), "VllmModelForPooling": object,
-    }
+    ns, bound = initialize_kv_cache_globals(
+        [BLOCK, BLOCK, KERNEL_BLOCK], cast=cast, AttentionSpec=FullAttentionSpec, CachedRequestState=ReqState,
+        SamplingType=types.SimpleNamespace(RANDOM_SEED=object()),
+        get_pp_group=lambda: types.SimpleNamespace(is_last_rank=True), VllmModelForPooling=object)
     if prefix_cache is not None:
         ns["GDNPrefixCache"] = prefix_cache.GDNPrefixCache
 
     cache_config = types.SimpleNamespace(block_size=BLOCK, mamba_block_size=BLOCK, mamba_cache_mode="align",
                                          enable_prefix_caching=True, prefix_match_unit=None)
-    runner = StandIn(
-        _compact_gdn_group_ids=set(), _compact_gdn_group_offset={}, _compact_gdn_enabled=True,
-        _original_max_num_seqs=MAX_REQS, _gdn_req_to_base_slot={}, _gdn_slot_free_list=[],
-        maybe_add_kv_sharing_layers_to_kv_cache_groups=lambda cfg: None,
-        may_add_encoder_only_layers_to_kv_cache_config=lambda: None, initialize_attn_backend=lambda cfg: None,
-        may_reinitialize_input_batch=lambda cfg, sizes: None, num_mamba_like_layers=4, num_gdn=4, model=None,
-        attn_groups=[[], [], []], use_hybrid_cache=True, use_naive_mamba_cache_sharing=False, device="cpu",
-        block_size=KERNEL_BLOCK, attn_block_size=KERNEL_BLOCK,
-        attn_backend=types.SimpleNamespace(get_kv_cache_shape=get_shape), runner_only_attn_layers=set(),
-        shared_kv_cache_layers={}, kv_caches=[], enable_bucketing=False, use_prefix_caching=True,
-        vllm_config=types.SimpleNamespace(compilation_config=types.SimpleNamespace(static_forward_context={}),
-                                          cache_config=cache_config, speculative_config=None),
+    runner = initialize_kv_cache_runner(
+        max_num_seqs=MAX_REQS, num_gdn=4, num_groups=3, kernel_block=KERNEL_BLOCK, get_kv_cache_shape=get_shape,
+        cache_config=cache_config, use_prefix_caching=True, vllm_config_attrs={"speculative_config": None},
         requests={}, input_batch=InputBatch(), encoder_cache={}, uses_mrope=False, use_async_scheduling=False,
     )
     runner.__dict__["_get_attention_group_id_for_hybrid"] = types.MethodType(

@@ -13,19 +13,20 @@ kernel blocks, so the padding rows land in a live kernel block and overwrite a r
 
 from __future__ import annotations
 
-import copy
-import itertools
-import math
-import os
 import types
-from typing import Any, Optional
-from unittest import mock
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
+from fixes._support.kv_cache import (
+    FullAttentionSpec,
+    MambaSpec,
+    initialize_kv_cache_globals,
+    initialize_kv_cache_runner,
+)
 from fixpack.proofkit import Trees, load_function
 
 RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
@@ -39,39 +40,9 @@ BPK = SPEC_BLOCK // KERNEL_BLOCK
 HEADS, HEAD_SIZE = 1, 4
 
 
-class FullAttentionSpec:
-
-    def __init__(self, block_size: int, num_kv_heads: int, head_size: int, dtype: torch.dtype):
-        self.block_size, self.num_kv_heads, self.head_size, self.dtype = block_size, num_kv_heads, head_size, dtype
-        self.page_size_bytes = 2 * block_size * num_kv_heads * head_size * dtype.itemsize
-
-
-class MambaSpec:
-
-    def __init__(self, block_size: int, page_size_bytes: int):
-        self.block_size, self.page_size_bytes = block_size, page_size_bytes
-        self.shapes, self.dtypes = ((2, 3), (2, 4, 4)), (torch.bfloat16, torch.float32)
-        self.mamba_type = "gdn_attention"
-
-
-class EncoderOnlyAttentionSpec:
-    pass
-
-
-class UniformTypeKVCacheSpecs:
-    pass
-
-
-class StandIn(types.SimpleNamespace):
-    """The runner's ``self``: only the attributes the two methods read."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"proof stand-in runner has no attribute {name!r}; the method now reads it")
-
-
 def _kv_cache_config() -> types.SimpleNamespace:
     attn = FullAttentionSpec(SPEC_BLOCK, HEADS, HEAD_SIZE, torch.bfloat16)
-    gdn = MambaSpec(SPEC_BLOCK, attn.page_size_bytes)
+    gdn = MambaSpec(SPEC_BLOCK, attn.page_size_bytes, shapes=((2, 3), (2, 4, 4)))
     return types.SimpleNamespace(
         num_blocks=NUM_BLOCKS,
         # vLLM orders groups by first layer; Qwen3.5's layer 0 is a GDN layer.
@@ -98,33 +69,18 @@ def _kernel_block_ids(trees: Trees, scheduler_blocks: list[int]) -> list[int]:
 def check(trees: Trees) -> None:
     assert trees.vllm_gaudi is not None, "needs the vllm-gaudi tree"
     runner_py = trees.vllm_gaudi / RUNNER
-    bound: dict[str, Any] = {}
-
-    def bind_kv_cache(kv_caches: dict[str, Any], ctx: Any, runner_kv_caches: list[Any]) -> None:
-        bound.update(kv_caches)
 
     def get_kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_size: int) -> tuple[int, ...]:
         return get_shape(num_blocks, block_size, num_kv_heads, head_size)
 
     get_shape = load_function(trees.vllm_gaudi / "vllm_gaudi/attention/ops/hpu_paged_attn.py",
                               "HPUPagedAttention.get_kv_cache_shape", {})
-    ns: dict[str, Any] = {
-        "torch": torch, "np": np, "os": os, "math": math, "itertools": itertools, "F": F, "copy": copy,
-        "deepcopy": copy.deepcopy, "replace": None, "pad_sequence": pad_sequence, "Optional": Optional,
-        "Any": Any, "logger": mock.MagicMock(), "htorch": mock.MagicMock(),
-        "KVCacheConfig": object, "KVCacheSpec": object, "FullAttentionSpec": FullAttentionSpec,
-        "MambaSpec": MambaSpec, "EncoderOnlyAttentionSpec": EncoderOnlyAttentionSpec,
-        "UniformTypeKVCacheSpecs": UniformTypeKVCacheSpecs, "_GDN_MAMBA_TYPES": ("gdn_attention", "linear_attention"),
-        "maybe_set_mamba_kv_cache_groups_ids": lambda model, cfg: None,
-        # vLLM's prepare_kernel_block_sizes for these specs: attention splits to the
-        # backend's 128-token kernel block, mamba keeps its block size.
-        "prepare_kernel_block_sizes": lambda cfg, groups: [SPEC_BLOCK, KERNEL_BLOCK],
-        "get_dtype_size": lambda dtype: dtype.itemsize, "bind_kv_cache": bind_kv_cache,
-        "has_kv_transfer_group": lambda: False, "get_kv_transfer_group": None, "copy_kv_blocks": None,
-        "async_h2d_copy": lambda source, dest_tensor=None, dtype=None, device="hpu": source,
-        "DecodeInputData": types.SimpleNamespace, "MRotaryEmbedding": None,
-        "compute_prefix_caching_block_indices": None,
-    }
+    # vLLM's prepare_kernel_block_sizes for these specs: attention splits to the
+    # backend's 128-token kernel block, mamba keeps its block size.
+    ns, bound = initialize_kv_cache_globals(
+        [SPEC_BLOCK, KERNEL_BLOCK], F=F, replace=None, pad_sequence=pad_sequence,
+        async_h2d_copy=lambda source, dest_tensor=None, dtype=None, device="hpu": source,
+        DecodeInputData=types.SimpleNamespace, MRotaryEmbedding=None, compute_prefix_caching_block_indices=None)
     captured: dict[str, Any] = {}
 
     def make_decode_metadata(**kwargs: Any) -> dict[str, Any]:
@@ -133,19 +89,9 @@ def check(trees: Trees) -> None:
 
     ns["HPUAttentionMetadataV1"] = types.SimpleNamespace(make_decode_metadata=make_decode_metadata)
 
-    runner = StandIn(
-        _compact_gdn_group_ids=set(), _compact_gdn_group_offset={}, _compact_gdn_enabled=True,
-        _original_max_num_seqs=4, _gdn_req_to_base_slot={}, _gdn_slot_free_list=[], use_prefix_caching=False,
-        maybe_add_kv_sharing_layers_to_kv_cache_groups=lambda cfg: None,
-        may_add_encoder_only_layers_to_kv_cache_config=lambda: None,
-        initialize_attn_backend=lambda cfg: None, may_reinitialize_input_batch=lambda cfg, sizes: None,
-        num_mamba_like_layers=1, num_gdn=1, model=None, attn_groups=[[], []], use_hybrid_cache=True,
-        use_naive_mamba_cache_sharing=False, device="cpu", block_size=KERNEL_BLOCK, attn_block_size=KERNEL_BLOCK,
-        attn_backend=types.SimpleNamespace(get_kv_cache_shape=get_kv_cache_shape), runner_only_attn_layers=set(),
-        shared_kv_cache_layers={}, kv_caches=[], enable_bucketing=False,
-        vllm_config=types.SimpleNamespace(compilation_config=types.SimpleNamespace(static_forward_context={}),
-                                          cache_config=types.SimpleNamespace(block_size=SPEC_BLOCK)),
-    )
+    runner = initialize_kv_cache_runner(
+        max_num_seqs=4, num_gdn=1, num_groups=2, kernel_block=KERNEL_BLOCK, get_kv_cache_shape=get_kv_cache_shape,
+        cache_config=types.SimpleNamespace(block_size=SPEC_BLOCK), use_prefix_caching=False)
     initialize_kv_cache = load_function(runner_py, "HPUModelRunner.initialize_kv_cache", ns)
     initialize_kv_cache(runner, _kv_cache_config())
 

@@ -14,18 +14,16 @@ from the prompts directly.
 
 from __future__ import annotations
 
-import builtins
-import types
 import typing
-from dataclasses import field, fields, make_dataclass
 from types import SimpleNamespace
-from typing import Any, Optional, Union
+from typing import Any
 from unittest import mock
 
 import numpy as np
 import torch
 
-from fixpack.proofkit import Trees, load_function, load_source
+from fixes._support.runner import PrefillData, RunnerStandIn, runner_class, sample_tokens_globals, stand_in_runner
+from fixpack.proofkit import Trees, load_function
 
 RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
 OUTPUTS = "vllm/v1/outputs.py"
@@ -49,35 +47,6 @@ class _Stop(Exception):
     """Raised at the first sampler call of sample_tokens, after the hidden states are collected."""
 
 
-def _globals(source: str, given: dict[str, Any]) -> dict[str, Any]:
-    """``given`` plus a MagicMock for every other global name the source uses (not builtins)."""
-    ns = dict(given)
-    stack = [compile(source, "<source>", "exec")]
-    while stack:
-        code = stack.pop()
-        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-        for name in code.co_names:
-            if name not in ns and not hasattr(builtins, name):
-                ns[name] = mock.MagicMock(name=name)
-    return ns
-
-
-# Same field order as PrefillInputData; sample_tokens unpacks it with shallow_tuple. (make_dataclass:
-# the proof module is not in sys.modules, which @dataclass needs for postponed annotations.)
-_PrefillData = make_dataclass("_PrefillData", [(name, list, field(default_factory=list)) for name in (
-    "request_ids", "prompt_lens", "token_ids", "position_ids", "attn_metadata", "logits_indices",
-    "logits_requests")])
-
-
-class _Runner:
-    """Stands in for HPUModelRunner: real methods are set on the class, the rest are stand-ins."""
-
-    def __getattr__(self, name: str) -> Any:
-        value = mock.MagicMock(name=f"runner.{name}")
-        setattr(self, name, value)
-        return value
-
-
 def _scheduled(rid: str) -> list[int]:
     prompt, computed, _ = REQUESTS[rid]
     return prompt[computed:]
@@ -94,66 +63,32 @@ def _compute_logits(hidden_states: torch.Tensor) -> torch.Tensor:
     return hidden_states @ LM_HEAD.T
 
 
-def _load_methods(trees: Trees, tensors_cls: Any) -> None:
-    """Put the tree's real methods on _Runner (once: each load parses the whole runner file)."""
+def _runner_class(trees: Trees, tensors_cls: Any) -> type[RunnerStandIn]:
+    """The stand-in runner with the tree's real methods (loaded once: each load parses the whole runner file)."""
     path = trees.vllm_gaudi / RUNNER
     torch_ns = SimpleNamespace(**{n: getattr(torch, n) for n in dir(torch) if not n.startswith("__")})
     torch_ns.hpu = mock.MagicMock(name="torch.hpu")  # torch.hpu.synchronize()
-    base = {
-        "torch": torch_ns,
-        "np": np,
-        "Optional": Optional,
-        "Union": Union,
-        "Any": Any,
-        "fields": fields,
-        "LMCacheConnectorMetadata": None,
-        "LogprobsTensors": tensors_cls,
-        "ModelRunnerOutput": type("ModelRunnerOutput", (), {}),
-        "AsyncModelRunnerOutput": type("AsyncModelRunnerOutput", (), {}),
-        "Mergeable": object,
-        "ensure_multi_token_decodes_last": lambda *args, **kwargs: None,
-    }
-    base["shallow_tuple"] = load_function(path, "shallow_tuple", _globals(load_source(path, "shallow_tuple"), base))
-    for name in ("sample_tokens", "_get_prompt_logprobs_dict", "_gather_prompt_logprobs_hpu"):
-        qualname = f"HPUModelRunner.{name}"
-        setattr(_Runner, name, load_function(path, qualname, _globals(load_source(path, qualname), base)))
+    base = sample_tokens_globals(path, torch=torch_ns, LogprobsTensors=tensors_cls)
+    return runner_class(path, ("sample_tokens", "_get_prompt_logprobs_dict", "_gather_prompt_logprobs_hpu"), base)
 
 
-def _make_runner(merged: bool, flat: bool) -> _Runner:
-    runner = _Runner()
+def _make_runner(runner_cls: type[RunnerStandIn], merged: bool, flat: bool) -> RunnerStandIn:
     order = list(REQUESTS)
-    runner.scheduler_output = SimpleNamespace(num_scheduled_tokens={rid: len(_scheduled(rid)) for rid in order},
-                                              scheduled_spec_decode_tokens={},
-                                              kv_connector_metadata=None)
-    runner.warmup_mode = False
-    runner.batch_changed = True
-    runner.vllm_config = SimpleNamespace(speculative_config=None)
-    runner.speculative_config = None
-    runner.use_async_scheduling = False
-    runner.use_aux_hidden_state_outputs = False
-    runner.use_merged_prefill = merged
-    runner.is_driver_worker = False
-    runner.profiler = mock.MagicMock(enabled=False)
-    runner.device = torch.device("cpu")
-    runner.kv_caches = None
+    scheduler_output = SimpleNamespace(num_scheduled_tokens={rid: len(_scheduled(rid)) for rid in order},
+                                       scheduled_spec_decode_tokens={},
+                                       kv_connector_metadata=None)
+    runner = stand_in_runner(runner_cls, scheduler_output, order, merged_prefill=merged)
     runner.requests = {
         rid: SimpleNamespace(prompt_token_ids=list(prompt), num_computed_tokens=computed, output_token_ids=[])
         for rid, (prompt, computed, _) in REQUESTS.items()
     }
-    runner.input_batch = mock.MagicMock(name="input_batch")
-    runner.input_batch.req_ids = order
-    runner.input_batch.req_id_to_index = {rid: i for i, rid in enumerate(order)}
     runner.input_batch.num_prompt_logprobs = {rid: n for rid, (_, _, n) in REQUESTS.items() if n is not None}
     runner.input_batch.in_progress_prompt_logprobs_cpu = {}
     runner.model = SimpleNamespace(compute_logits=_compute_logits)
     runner.sampler = SimpleNamespace(compute_logprobs=lambda logits: logits.log_softmax(dim=-1, dtype=torch.float32))
 
-    runner._ensure_decodes_first = lambda *args, **kwargs: None
     runner._get_prompts_and_decodes = lambda *args, **kwargs: SimpleNamespace(
         prompt_req_ids=list(order), decode_req_ids=[], prompt_scheduled_tokens=[len(_scheduled(r)) for r in order])
-    runner._get_model_mm_inputs = lambda *args, **kwargs: (None, None)
-    runner._configure_lora = lambda *args, **kwargs: (None, None)
-    runner.maybe_setup_kv_connector = lambda *args, **kwargs: None
 
     # One prefill batch with the three requests, laid out as _form_prefill_batch does: one padded row
     # per request (bucket 4 x SEQ), or all requests back to back in one row (merged prefill).
@@ -165,9 +100,9 @@ def _make_runner(merged: bool, flat: bool) -> _Runner:
     else:
         token_ids = torch.tensor([r + [-1] * (SEQ - len(r)) for r in rows] + [[-1] * SEQ])
         ends = [i * SEQ + len(r) - 1 for i, r in enumerate(rows)]
-    prefill = _PrefillData(request_ids=[order], prompt_lens=[None], token_ids=[token_ids], position_ids=[None],
-                           attn_metadata=[None], logits_indices=[torch.tensor([int(e) for e in ends])],
-                           logits_requests=[order])
+    prefill = PrefillData(request_ids=[order], prompt_lens=[None], token_ids=[token_ids], position_ids=[None],
+                          attn_metadata=[None], logits_indices=[torch.tensor([int(e) for e in ends])],
+                          logits_requests=[order])
     runner._prepare_inputs = lambda *args, **kwargs: ((prefill, None), (None, None))
 
     def execute_model_generic(token_ids: torch.Tensor, position_ids: Any, attn_metadata: Any,
@@ -188,7 +123,7 @@ def _make_runner(merged: bool, flat: bool) -> _Runner:
     return runner
 
 
-def _collected_hidden_states(runner: _Runner) -> dict[str, torch.Tensor]:
+def _collected_hidden_states(runner: RunnerStandIn) -> dict[str, torch.Tensor]:
     try:
         runner.sample_tokens(None)
     except _Stop as stop:
@@ -220,11 +155,11 @@ def check(trees: Trees) -> None:
         "torch": torch,
         "LogprobsLists": mock.MagicMock(name="LogprobsLists"),
     })
-    _load_methods(trees, tensors_cls)
+    runner_cls = _runner_class(trees, tensors_cls)
     # Flat layout first: that is the qwen3_5_moe recipe.
     for merged, flat in ((False, True), (False, False), (True, True), (True, False)):
         layout = ("merged prefill, " if merged else "") + ("flat [tokens, H]" if flat else "3-D hidden states")
-        runner = _make_runner(merged, flat)
+        runner = _make_runner(runner_cls, merged, flat)
         scheduler_output = runner.scheduler_output  # sample_tokens clears it
         try:
             collected = _collected_hidden_states(runner)

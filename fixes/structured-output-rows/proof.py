@@ -11,17 +11,15 @@ per request id it is given, in that order, as the real one does, and the sampler
 
 from __future__ import annotations
 
-import builtins
-import types
-from dataclasses import field, fields, make_dataclass
+from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Optional, Union
-from unittest import mock
+from typing import Any
 
 import numpy as np
 import torch
 
-from fixpack.proofkit import Trees, load_function, load_source
+from fixes._support.runner import PrefillData, RunnerStandIn, runner_class, sample_tokens_globals, stand_in_runner
+from fixpack.proofkit import Trees
 
 RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
 REAL_METHODS = ("sample_tokens", "_run_sampling", "_prepare_sampling", "_generate_req_id_output_token_ids_lst")
@@ -40,78 +38,20 @@ class _Stop(Exception):
     """Raised by the stand-in sampler once it has seen the structured-output call."""
 
 
-def _globals(source: str, given: dict[str, Any]) -> dict[str, Any]:
-    """``given`` plus a MagicMock for every other global name the source uses (not builtins)."""
-    ns = dict(given)
-    stack = [compile(source, "<source>", "exec")]
-    while stack:
-        code = stack.pop()
-        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-        for name in code.co_names:
-            if name not in ns and not hasattr(builtins, name):
-                ns[name] = mock.MagicMock(name=name)
-    return ns
-
-
-# Same field order as PrefillInputData; sample_tokens unpacks it with shallow_tuple. (make_dataclass:
-# the proof module is not in sys.modules, which @dataclass needs for postponed annotations.)
-_PrefillData = make_dataclass("_PrefillData", [(name, list, field(default_factory=list)) for name in (
-    "request_ids", "prompt_lens", "token_ids", "position_ids", "attn_metadata", "logits_indices",
-    "logits_requests")])
-
-
-class _Runner:
-    """Stands in for HPUModelRunner: real methods are set on the class, the rest are stand-ins."""
-
-    def __getattr__(self, name: str) -> Any:
-        value = mock.MagicMock(name=f"runner.{name}")
-        setattr(self, name, value)
-        return value
-
-
-def _make_runner(path: Any) -> tuple[_Runner, list[dict[str, Any]]]:
-    base = {
-        "torch": torch,
-        "np": np,
-        "Optional": Optional,
-        "Union": Union,
-        "Any": Any,
-        "fields": fields,
-        "LMCacheConnectorMetadata": None,
-        "ModelRunnerOutput": type("ModelRunnerOutput", (), {}),
-        "AsyncModelRunnerOutput": type("AsyncModelRunnerOutput", (), {}),
-        "SamplingMetadata": type("SamplingMetadata", (), {}),
-        "Mergeable": object,
-        "ensure_multi_token_decodes_last": lambda *args, **kwargs: None,
-    }
-    base["shallow_tuple"] = load_function(path, "shallow_tuple", _globals(load_source(path, "shallow_tuple"), base))
+def _make_runner(path: Path) -> tuple[RunnerStandIn, list[dict[str, Any]]]:
+    base = sample_tokens_globals(path, SamplingMetadata=type("SamplingMetadata", (), {}))
     text = path.read_text(encoding="utf-8")
     names = list(REAL_METHODS) + [n for n in REAL_IF_PRESENT if f"def {n}(" in text]
-    for name in names:
-        qualname = f"HPUModelRunner.{name}"
-        setattr(_Runner, name, load_function(path, qualname, _globals(load_source(path, qualname), base)))
-
-    runner = _Runner()
     calls: list[dict[str, Any]] = []
     order = DECODES + PROMPTS  # persistent batch after the decodes-first reorder
 
-    runner.scheduler_output = SimpleNamespace(
+    scheduler_output = SimpleNamespace(
         num_scheduled_tokens={**{rid: 1 for rid in DECODES}, **{rid: PROMPT_LEN for rid in PROMPTS}},
         scheduled_spec_decode_tokens={},
         kv_connector_metadata=None,
         structured_output_request_ids=list(order),
     )
-    runner.warmup_mode = False
-    runner.batch_changed = True
-    runner.vllm_config = SimpleNamespace(speculative_config=None)
-    runner.speculative_config = None
-    runner.use_async_scheduling = False
-    runner.use_aux_hidden_state_outputs = False
-    runner.use_merged_prefill = False
-    runner.is_driver_worker = False
-    runner.profiler = mock.MagicMock(enabled=False)
-    runner.device = torch.device("cpu")
-    runner.kv_caches = None
+    runner = stand_in_runner(runner_class(path, names, base), scheduler_output, list(order))
     runner.requests = {rid: SimpleNamespace(output_token_ids=[], prompt_token_ids=[1, 2, 3]) for rid in order}
 
     def make_selective_sampling_metadata(req_id_output_token_ids: list, skip_copy: bool = False,
@@ -120,22 +60,15 @@ def _make_runner(path: Any) -> tuple[_Runner, list[dict[str, Any]]]:
         rows = [rid for rid, _ in req_id_output_token_ids]
         return SimpleNamespace(req_ids=rows, temperature=torch.tensor([TEMPERATURE[r] for r in rows]))
 
-    runner.input_batch = mock.MagicMock(name="input_batch")
-    runner.input_batch.req_ids = list(order)
-    runner.input_batch.req_id_to_index = {rid: i for i, rid in enumerate(order)}
     runner.input_batch.num_prompt_logprobs = {}
     runner.input_batch.make_selective_sampling_metadata = make_selective_sampling_metadata
 
-    runner._ensure_decodes_first = lambda *args, **kwargs: None
     runner._get_prompts_and_decodes = lambda *args, **kwargs: SimpleNamespace(
         prompt_req_ids=list(PROMPTS), decode_req_ids=list(DECODES), prompt_scheduled_tokens=[PROMPT_LEN] * 2)
-    runner._get_model_mm_inputs = lambda *args, **kwargs: (None, None)
-    runner._configure_lora = lambda *args, **kwargs: (None, None)
-    runner.maybe_setup_kv_connector = lambda *args, **kwargs: None
     runner.apply_grammar_bitmask = lambda *args, **kwargs: None
 
     # One prefill batch per prompt, as for hybrid models; token ids carry the request's code.
-    prefill = _PrefillData()
+    prefill = PrefillData()
     for rid in PROMPTS:
         prefill.request_ids.append([rid])
         prefill.prompt_lens.append(torch.tensor([PROMPT_LEN]))
