@@ -97,13 +97,22 @@ def pack_chain(catalog: Catalog, profile: Profile, path: str) -> list[Change]:
     return [c for fid in profile.pack for c in catalog.fixes[fid].changes[profile.release] if c.path == path]
 
 
-def _read_manifest(state_dir: Path) -> Manifest:
+def read_manifest(state_dir: Path, catalog: Catalog) -> Manifest:
+    """The manifest, refusing one that names fixes this cookbook does not have (they could not be
+    recognised or reverted without their changes)."""
     try:
-        return Manifest.from_bytes((state_dir / FILE_NAME).read_bytes())
+        manifest = Manifest.from_bytes((state_dir / FILE_NAME).read_bytes())
     except FileNotFoundError:
         return Manifest()
     except ValueError as exc:
         raise UsageError(f"unreadable manifest {state_dir / FILE_NAME}: {exc}") from None
+    unknown = [f for f in manifest.fixes if f not in catalog.fixes]
+    if unknown:
+        raise Refused(
+            f"this environment has {', '.join(unknown)} applied, which this cookbook ({catalog.root}) does not have: "
+            "run fixpack from the cookbook that applied them (fixpack revert, then apply)"
+        )
+    return manifest
 
 
 def _file_states(
@@ -200,7 +209,7 @@ def apply(
     state_dir = env.state_dir
     with transaction.locked(state_dir):
         _recover(env, result.notes)
-        manifest = _read_manifest(state_dir)
+        manifest = read_manifest(state_dir, catalog)
         if manifest.release not in (None, profile.release):
             raise Refused(
                 f"this environment has fixes of release {manifest.release} (profile {manifest.profile}) applied; "
@@ -302,7 +311,7 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None) -> Sta
     if env.found:
         with transaction.locked(env.state_dir):
             _recover(env, notes)
-            manifest = _read_manifest(env.state_dir)
+            manifest = read_manifest(env.state_dir, catalog)
     name = profile_name or manifest.profile
     if name is None:
         return StatusResult(None, list(env.found.values()), [], notes, manifest)
@@ -324,7 +333,7 @@ def revert(catalog: Catalog, names: tuple[str, ...], site: Path | None, dry_run:
         return result
     with transaction.locked(env.state_dir):
         _recover(env, result.notes)
-        manifest = _read_manifest(env.state_dir)
+        manifest = read_manifest(env.state_dir, catalog)
         if manifest.empty:
             result.notes.append("nothing is applied here")
             return result

@@ -28,7 +28,7 @@ from .errors import Refused, UsageError
 from .fingerprint import State, of, sha256
 from .manifest import FileRecord, Manifest
 from .model import Change, Fingerprint, Profile
-from .operations import _read_manifest, pack_chain
+from .operations import pack_chain, read_manifest
 
 
 @dataclass
@@ -241,7 +241,7 @@ def record(
     with transaction.locked(env.state_dir):
         if transaction.recover(env.state_dir):
             notes.append(f"recovered an interrupted transaction from {env.state_dir / transaction.JOURNAL}")
-        manifest = _read_manifest(env.state_dir)
+        manifest = read_manifest(env.state_dir, catalog)
     if manifest.release not in (None, profile.release):
         raise Refused(f"this environment has fixes of release {manifest.release} applied, not {profile.release}")
 

@@ -242,3 +242,35 @@ def test_invalid_fix_module_names_file_and_reason(cookbook, site):
     (d / "fix.toml").write_text((d / "fix.toml").read_text().replace('status = "pending"', 'status = "maybe"'))
     r = cli("list")
     assert r.exit_code == 2 and "fix.toml" in r.stderr and "upstream.status" in r.stderr
+
+
+def test_manifest_naming_a_fix_the_cookbook_lacks_is_refused(cookbook, site):
+    two_fixes(cookbook)
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
+    cookbook.profile(["sampler-fix"])
+    import shutil
+
+    shutil.rmtree(cookbook.root / "fixes" / "runner-fix")
+    before = site.snapshot()
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 1 and "runner-fix applied, which this cookbook" in r.stderr
+    assert site.snapshot() == before
+
+
+def test_partial_when_one_file_of_a_fix_is_put_back_by_hand(cookbook, site):
+    cookbook.fix(
+        "two-files",
+        {
+            "vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x", "return -x")),
+            "vllm_gaudi/batch.py": (BATCH, BATCH + "# two\n"),
+        },
+    )
+    cookbook.profile(["two-files"])
+    cookbook.lock()
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
+    site.file("vllm_gaudi/batch.py").write_text(BATCH)
+    r = cli("status", "--site", str(site.path), "--json")
+    assert json.loads(r.stdout)["fixes"] == [{"id": "two-files", "state": "partial"}]
+    # apply puts the missing half back.
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
+    assert site.read("vllm_gaudi/batch.py") == (BATCH + "# two\n").encode()
