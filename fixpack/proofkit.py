@@ -155,7 +155,10 @@ def run_proof(proof_file: Path, trees: Trees, timeout: float = 600.0) -> ProofRu
         args += ["--vllm-gaudi", str(trees.vllm_gaudi)]
     if trees.vllm is not None:
         args += ["--vllm", str(trees.vllm)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo_root), os.environ.get("PYTHONPATH", "")]))
+    # The proof's own cookbook first (for its fixes/_support helpers), then the fixpack it runs with.
+    cookbook = proof_file.resolve().parents[2]
+    path = [str(cookbook), str(repo_root), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # proofs must not leave __pycache__ in the trees
     try:
         done = subprocess.run(
