@@ -74,7 +74,7 @@ def base_of(path: str, current: bytes | None, record: FileRecord | None, chain: 
             return Base(None, (), State.DRIFTED, "reversing the recorded fixes does not give the pristine file")
         return Base(pristine, record.fixes, State.APPLIED if record.fixes else State.PRISTINE)
     if current is None and chain and not chain[0].creates:
-        return Base(None, (), State.MISSING, f"{path} is absent")
+        return Base(None, (), State.MISSING, "the file is absent")
     if expected is None or have == expected or (current is None and chain and chain[0].creates):
         # Unlocked changes have no hash to hold the file to; their hunks decide.
         return Base(current, (), State.PRISTINE)
@@ -87,7 +87,11 @@ def base_of(path: str, current: bytes | None, record: FileRecord | None, chain: 
                 break
             if sha256(pristine) == expected:
                 return Base(pristine, tuple(c.fix_id for c in chain[:k]), State.APPLIED)
-    return Base(None, (), State.DRIFTED, f"{path} is neither the pristine release file nor a patched one")
+    if record is not None and record.fixes:
+        now, then = (have or "absent")[:12], (record.applied or "absent")[:12]
+        what = f"changed after fixpack applied {', '.join(record.fixes)} (sha256 {now}, recorded {then})"
+        return Base(None, (), State.DRIFTED, what)
+    return Base(None, (), State.DRIFTED, "neither the pristine release file nor the patched one")
 
 
 def explain_drift(current: bytes | None, chain: list[Change]) -> str:

@@ -172,7 +172,9 @@ def _plan_writes(
     return new, records, counts
 
 
-def _problems(states: dict[str, FileState], plan: Plan) -> list[tuple[str, str, str]]:
+def _problems(
+    states: dict[str, FileState], plan: Plan, manifest_files: dict[str, FileRecord]
+) -> list[tuple[str, str, str]]:
     """(fix, message, details) for every drifted or missing file the plan touches."""
     out = []
     for path, st in states.items():
@@ -180,14 +182,16 @@ def _problems(states: dict[str, FileState], plan: Plan) -> list[tuple[str, str, 
             continue
         owners = [pc.change.fix_id for pc in plan.changes_for(path)] or ["(recorded)"]
         chain = [pc.change for pc in plan.changes_for(path)]
-        details = compose.explain_drift(st.current, chain) if st.base.state is State.DRIFTED else ""
+        patched_before = path in manifest_files
+        drifted = st.base.state is State.DRIFTED
+        details = compose.explain_drift(st.current, chain) if drifted and not patched_before else ""
         recorded = st.dist.record_hash(path)
         if st.base.state is State.DRIFTED and recorded is not None and recorded == sha256(st.current):
             details = (
                 details + "\n" if details else ""
             ) + "the file is as pip installed it: this build differs from the pinned release"
         location = st.dist.file(path)
-        out.append((owners[0], f"{st.base.state.value}: {location} ({', '.join(owners)}): {st.base.problem}", details))
+        out.append((owners[0], f"{st.base.state.value}: {location}: {st.base.problem}", details))
     return out
 
 
@@ -225,7 +229,7 @@ def apply(
             return result
         paths = list(dict.fromkeys([*plan.paths(), *manifest.files]))
         states = _file_states(catalog, profile, dists, manifest, paths)
-        refusal = _refusal(plan, states)
+        refusal = _refusal(plan, states, manifest.files)
         if refusal is None:
             try:
                 new, records, counts = _plan_writes(plan, states, plan.fix_ids)
@@ -255,8 +259,10 @@ def apply(
     return result
 
 
-def _refusal(plan: Plan, states: dict[str, FileState]) -> tuple[str, str, str] | None:
-    problems = _problems(states, plan)
+def _refusal(
+    plan: Plan, states: dict[str, FileState], manifest_files: dict[str, FileRecord]
+) -> tuple[str, str, str] | None:
+    problems = _problems(states, plan, manifest_files)
     if not problems:
         return None
     fix_id, message, details = problems[0]
@@ -347,7 +353,7 @@ def revert(catalog: Catalog, names: tuple[str, ...], site: Path | None, dry_run:
         keep = tuple(f for f in manifest.fixes if f not in removing)
         plan = resolve(catalog, profile, (), keep=manifest.fixes)
         states = _file_states(catalog, profile, dists, manifest, list(manifest.files))
-        refusal = _refusal(plan, states)
+        refusal = _refusal(plan, states, manifest.files)
         if refusal is None:
             try:
                 new, records, _ = _plan_writes(plan, states, keep)
