@@ -231,9 +231,13 @@ class Tools:
             env["PYTHONPATH"] = str(self.repo)
         return env
 
-    def apply_all(self, cookbook: Path, site: Path, opt_ins: list[str], *extra: str) -> list[str]:
+    def apply_all(self, site: Path, opt_ins: list[str]) -> list[str]:
         script = str(self.repo / "fixes" / "apply_all.py")
-        return [self.python, *extra, script, "--profile", PROFILE, *opt_ins, "--site", str(site)]
+        return [self.python, script, "--profile", PROFILE, *opt_ins, "--site", str(site)]
+
+    def listed(self, cookbook: Path) -> list[str]:
+        r = must(run(self.fixpack("list", "--profile", PROFILE, "--json"), env=self.env(cookbook, True)), "list")
+        return [f["id"] for f in json.loads(r.out)["fixes"]]
 
     def fixpack(self, *args: str) -> list[str]:
         return [self.python, "-m", "fixpack", *args]
@@ -312,7 +316,6 @@ def synth_filler(folder: Path, package: str, count: int, size: int, dirs: int, a
     """``count`` python files of ``size`` bytes in total, spread over ``dirs`` folders."""
     each = max(1, size // max(count, 1))
     body = synth_module("filler", each)
-    made = 0
     for i in range(count):
         rel = f"{package}/_synthetic/d{i % dirs:03d}/m{i:05d}.py"
         if rel in avoid:
@@ -320,7 +323,6 @@ def synth_filler(folder: Path, package: str, count: int, size: int, dirs: int, a
         target = folder / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(body)
-        made += 1
     for d in range(dirs):
         init = folder / f"{package}/_synthetic/d{d:03d}/__init__.py"
         init.parent.mkdir(parents=True, exist_ok=True)
@@ -533,10 +535,8 @@ class Bed:
 
 def plan_targets(tools: Tools, cookbook: Path, opt_ins: list[str], work: Path) -> tuple[list[str], Path]:
     """The paths the plan touches and its patch (``fixpack diff``), as git apply and patch get it."""
-    r = must(
-        run(tools.fixpack("diff", "--profile", PROFILE, *opt_ins, "--format", "unified"), env=tools.env(cookbook, True)),
-        "fixpack diff",
-    )
+    diff = tools.fixpack("diff", "--profile", PROFILE, *opt_ins, "--format", "unified")
+    r = must(run(diff, env=tools.env(cookbook, True)), "fixpack diff")
     patch = work / "plan.patch"
     patch.write_text(r.out)
     paths = list(dict.fromkeys(m.group(1) for m in re.finditer(r"^diff --git a/(\S+) b/", r.out, re.M)))
@@ -576,7 +576,7 @@ def bench_main(bed: Bed, tools: Tools, repeat: int) -> dict[str, Series]:
     }
     env, menv = tools.env(bed.cookbook), tools.env(bed.cookbook, module=True)
     cwd = bed.site.parent
-    apply_cmd = tools.apply_all(bed.cookbook, bed.site, bed.opt_ins)
+    apply_cmd = tools.apply_all(bed.site, bed.opt_ins)
     assert bed.patch_file is not None
     git_apply = ["git", "apply", "-p1", str(bed.patch_file)]
     git_check = ["git", "apply", "--check", "-R", "-p1", str(bed.patch_file)]
@@ -627,9 +627,8 @@ def bench_main(bed: Bed, tools: Tools, repeat: int) -> dict[str, Series]:
     return s
 
 
-def imports_on(cmd_env: tuple[list[str], dict[str, str]], cwd: Path) -> dict:
+def imports_on(cmd: list[str], env: dict[str, str], cwd: Path) -> dict:
     """Run once with -X importtime: which heavy modules load, and the import share of the time."""
-    cmd, env = cmd_env
     r = run([cmd[0], "-X", "importtime", *cmd[1:]], env=env, cwd=cwd)
     mods, total = [], 0
     for line in r.err.splitlines():
@@ -706,7 +705,7 @@ def bench_scale(work: Path, tools: Tools, repeat: int) -> list[ScaleRow]:
                 bed = Bed(site, cookbook, src, [], files)
                 bed.snapshot()
                 env = tools.env(cookbook)
-                cmd = tools.apply_all(cookbook, site, [])
+                cmd = tools.apply_all(site, [])
                 row = ScaleRow(
                     n, size_name, shape, len(files), n, Series("cold"), Series("floor"), Series("warm"), Series("floor")
                 )
@@ -837,10 +836,12 @@ def report(ctx: dict, s: dict[str, Series], verify: Series | None, scale: list[S
             ok,
             "; ".join(parts),
         )
-    peaks = [cold.peak_mib, warm.peak_mib, revert.peak_mib] + [
-        max(r.cold.peak_mib, r.warm.peak_mib) for r in scale
-    ]
-    goal(f"peak memory under {GOALS['peak_mib']:g} MiB (apply, re-run, revert)", max(peaks) < GOALS["peak_mib"], f"{max(peaks):.0f} MiB")
+    peaks = [cold.peak_mib, warm.peak_mib, revert.peak_mib] + [max(r.cold.peak_mib, r.warm.peak_mib) for r in scale]
+    goal(
+        f"peak memory under {GOALS['peak_mib']:g} MiB (apply, re-run, revert)",
+        max(peaks) < GOALS["peak_mib"],
+        f"{max(peaks):.0f} MiB",
+    )
     print("\n".join(lines))
     return {
         "context": ctx,
@@ -869,7 +870,9 @@ def report(ctx: dict, s: dict[str, Series], verify: Series | None, scale: list[S
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--repeat", type=int, default=7, help="runs per contender (median; default 7)")
     ap.add_argument("--verify-repeat", type=int, default=1, help="fixpack verify runs (about 100 s each; 0: skip)")
     ap.add_argument("--scale-repeat", type=int, help="runs per scale row (default: --repeat)")
@@ -939,7 +942,7 @@ def _bench(args: argparse.Namespace, tools: Tools, work: Path, t_start: float) -
     tbytes = sum(len(c) for c in bed.pristine.values() if c)
     changes = len(re.findall(r"^diff --git ", patch_file.read_text(), re.M))
     hunks = len(re.findall(r"^@@ ", patch_file.read_text(), re.M))
-    n_fixes = len(json.loads(run(tools.fixpack("list", "--profile", PROFILE, "--json"), env=tools.env(cookbook, True)).out)["fixes"])
+    n_fixes = len(tools.listed(cookbook))
     ctx = {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "host": platform.node(),
@@ -958,8 +961,8 @@ def _bench(args: argparse.Namespace, tools: Tools, work: Path, t_start: float) -
     }
     s = bench_main(bed, tools, args.repeat)
     bed.reset()
-    imports = {"cold": imports_on((tools.apply_all(cookbook, site, opt_ins), tools.env(cookbook)), work)}
-    imports["warm"] = imports_on((tools.apply_all(cookbook, site, opt_ins), tools.env(cookbook)), work)
+    imports = {"cold": imports_on(tools.apply_all(site, opt_ins), tools.env(cookbook), work)}
+    imports["warm"] = imports_on(tools.apply_all(site, opt_ins), tools.env(cookbook), work)
     must(run(tools.fixpack("revert", "--site", str(site)), env=tools.env(cookbook, True)), "revert")
     bed.reset()
     verify = bench_verify(bed, tools, args.verify_repeat) if args.verify_repeat > 0 else None

@@ -60,11 +60,17 @@ def pristine_hash(chain: list[Change]) -> str | None:
     return None
 
 
-def base_of(path: str, current: bytes | None, record: FileRecord | None, chain: list[Change]) -> Base:
-    """Recognise an installed file. ``chain``: every change the pack makes to it, in pack order."""
+def base_of(
+    path: str, current: bytes | None, record: FileRecord | None, chain: list[Change], stored: bytes | None = None
+) -> Base:
+    """Recognise an installed file. ``chain``: every change the pack makes to it, in pack order;
+    ``stored``: the pristine copy fixpack kept when it first patched the file, if any."""
     by_fix = {c.fix_id: c for c in chain}
     have = sha256(current)
     expected = pristine_hash(chain)
+    if record is not None and have == record.applied and record.pristine == sha256(stored):
+        # The kept copy makes this independent of the patches: they may have changed since.
+        return Base(stored, record.fixes, State.APPLIED if record.fixes else State.PRISTINE)
     if record is not None and have == record.applied and all(f in by_fix for f in record.fixes):
         try:
             pristine = _reverse(current, [by_fix[f] for f in record.fixes])
@@ -103,6 +109,17 @@ def explain_drift(current: bytes | None, chain: list[Change]) -> str:
     except diff.HunkFailed as exc:
         return f"{exc}\n{exc.nearest}".rstrip()
     return "every hunk of the first change still matches; the difference is elsewhere in the file"
+
+
+def explain_edit(path: str, expected: bytes | None, current: bytes | None, limit: int = 40) -> str:
+    """How a patched file was edited since: the diff from what fixpack left to what is there."""
+    import difflib
+
+    a = [] if expected is None else expected.decode(diff.ENC, diff.ERRORS).splitlines()
+    b = [] if current is None else current.decode(diff.ENC, diff.ERRORS).splitlines()
+    lines = list(difflib.unified_diff(a, b, f"{path} as fixpack left it", f"{path} now", lineterm="", n=2))
+    more = f"\n... ({len(lines) - limit} more lines)" if len(lines) > limit else ""
+    return "\n".join(lines[:limit]) + more
 
 
 def build(pristine: bytes | None, changes: list[Change]) -> bytes | None:

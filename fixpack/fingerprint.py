@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 
 
@@ -13,6 +14,12 @@ def sha256(content: bytes | None) -> str | None:
 def of(content: bytes | None) -> str:
     """A change's fingerprint of a file: an absent file counts as the empty one."""
     return hashlib.sha256(content if content is not None else b"").hexdigest()
+
+
+@functools.lru_cache(maxsize=512)
+def patch_digest(patch: str) -> str:
+    """sha256 of a change's patch text, recorded so that a changed cookbook is noticed."""
+    return hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 class State(str, enum.Enum):

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 FORMAT = 1
 FILE_NAME = "manifest.json"
+PRISTINE_DIR = "pristine"  # a copy of each patched file as the release had it, by repository path
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,7 @@ class FileRecord:
     pristine: str | None  # sha256 of the release's file; None if the plan created it
     applied: str | None  # sha256 after the plan; None if the plan deleted it
     fixes: tuple[str, ...]  # the fixes whose changes made it so, in order
+    patches: tuple[str, ...] = ()  # sha256 of each of those changes' patch text: a new cookbook shows
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,11 @@ class Manifest:
     fixes: tuple[str, ...] = ()
     files: dict[str, FileRecord] = field(default_factory=dict)
     time: str = ""
+
+    def steps(self, path: str) -> tuple[tuple[str, str], ...]:
+        """(fix id, patch digest) of each change recorded for ``path``, in order."""
+        record = self.files.get(path)
+        return tuple(zip(record.fixes, record.patches)) if record else ()
 
     @property
     def empty(self) -> bool:
@@ -38,7 +45,13 @@ class Manifest:
             "fixes": list(self.fixes),
             "time": self.time or datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "files": {
-                path: {"dist": r.dist, "pristine": r.pristine, "applied": r.applied, "fixes": list(r.fixes)}
+                path: {
+                    "dist": r.dist,
+                    "pristine": r.pristine,
+                    "applied": r.applied,
+                    "fixes": list(r.fixes),
+                    "patches": list(r.patches),
+                }
                 for path, r in sorted(self.files.items())
             },
         }
@@ -52,7 +65,7 @@ class Manifest:
         if data.get("format") != FORMAT:
             raise ValueError(f"manifest format {data.get('format')!r} is not {FORMAT}")
         files = {
-            path: FileRecord(r["dist"], r["pristine"], r["applied"], tuple(r["fixes"]))
+            path: FileRecord(r["dist"], r["pristine"], r["applied"], tuple(r["fixes"]), tuple(r.get("patches", ())))
             for path, r in data.get("files", {}).items()
         }
         return cls(data.get("profile"), data.get("release"), tuple(data.get("fixes", ())), files, data.get("time", ""))

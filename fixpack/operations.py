@@ -14,8 +14,8 @@ from .catalog import Catalog, suggest
 from .compose import Base, ChangeFailed
 from .environment import Distribution, Environment
 from .errors import FixpackError, Refused, UsageError
-from .fingerprint import State, sha256
-from .manifest import FILE_NAME, FileRecord, Manifest
+from .fingerprint import State, patch_digest, sha256
+from .manifest import FILE_NAME, PRISTINE_DIR, FileRecord, Manifest
 from .model import Change, Fix, Plan, Profile
 from .plan import resolve
 
@@ -53,6 +53,7 @@ class FileState:
     dist: Distribution
     current: bytes | None
     base: Base
+    stored: bytes | None  # the pristine copy kept in the state directory, if any
 
 
 def _environment(profile: Profile, site: Path | None) -> tuple[Environment, dict[str, Distribution]]:
@@ -115,18 +116,32 @@ def read_manifest(state_dir: Path, catalog: Catalog) -> Manifest:
     return manifest
 
 
+def pristine_copy(state_dir: Path, path: str) -> Path:
+    return state_dir / PRISTINE_DIR / path
+
+
+def _read(path: Path) -> bytes | None:
+    return path.read_bytes() if path.exists() else None
+
+
 def _file_states(
-    catalog: Catalog, profile: Profile, dists: dict[str, Distribution], manifest: Manifest, paths: list[str]
+    catalog: Catalog,
+    profile: Profile,
+    dists: dict[str, Distribution],
+    manifest: Manifest,
+    paths: list[str],
+    state_dir: Path,
 ) -> dict[str, FileState]:
     states = {}
     for path in paths:
         pin = profile.pin_for_path(path)
         assert pin is not None  # the catalog checked every change's path against the pins
         dist = dists[pin.dist]
-        target = dist.file(path)
-        current = target.read_bytes() if target.exists() else None
-        base = compose.base_of(path, current, manifest.files.get(path), pack_chain(catalog, profile, path))
-        states[path] = FileState(path, dist, current, base)
+        current = _read(dist.file(path))
+        stored = _read(pristine_copy(state_dir, path))
+        chain = pack_chain(catalog, profile, path)
+        base = compose.base_of(path, current, manifest.files.get(path), chain, stored)
+        states[path] = FileState(path, dist, current, base, stored)
     return states
 
 
@@ -139,6 +154,12 @@ def _warm(manifest: Manifest, plan: Plan, dists: dict[str, Distribution], profil
     """Everything the plan asks for is applied and no file changed since: only hashes read."""
     if set(plan.fix_ids) != set(manifest.fixes) or manifest.profile != profile.name:
         return False
+    if set(plan.paths()) != set(manifest.files):
+        return False
+    for path in plan.paths():  # the same changes, patch for patch, as the cookbook has now
+        wanted = tuple((pc.change.fix_id, patch_digest(pc.change.patch)) for pc in plan.changes_for(path))
+        if wanted != manifest.steps(path):
+            return False
     for path, record in manifest.files.items():
         pin = profile.pin_for_path(path)
         if pin is None:
@@ -165,11 +186,27 @@ def _plan_writes(
         new[path] = content
         if changes:
             records[path] = FileRecord(
-                st.dist.name, sha256(st.base.pristine), sha256(content), tuple(c.fix_id for c in changes)
+                st.dist.name,
+                sha256(st.base.pristine),
+                sha256(content),
+                tuple(c.fix_id for c in changes),
+                tuple(patch_digest(c.patch) for c in changes),
             )
         for c in changes:
             counts.setdefault(c.fix_id, []).append((path, *compose.line_counts(c)))
     return new, records, counts
+
+
+def _how_it_differs(st: FileState, chain: list[Change], record: FileRecord | None) -> str:
+    """What fixpack left (rebuilt from the kept pristine copy) against what is there now; without a
+    copy, how the file looks through the first change's hunks."""
+    if record is not None and st.stored is not None and sha256(st.stored) == record.pristine:
+        recorded = [c for fid in record.fixes for c in chain if c.fix_id == fid]
+        try:
+            return compose.explain_edit(st.path, compose.build(st.stored, recorded), st.current)
+        except ChangeFailed:
+            pass
+    return compose.explain_drift(st.current, chain)
 
 
 def _problems(
@@ -182,9 +219,9 @@ def _problems(
             continue
         owners = [pc.change.fix_id for pc in plan.changes_for(path)] or ["(recorded)"]
         chain = [pc.change for pc in plan.changes_for(path)]
-        patched_before = path in manifest_files
-        drifted = st.base.state is State.DRIFTED
-        details = compose.explain_drift(st.current, chain) if drifted and not patched_before else ""
+        details = ""
+        if st.base.state is State.DRIFTED:
+            details = _how_it_differs(st, chain, manifest_files.get(path))
         recorded = st.dist.record_hash(path)
         if st.base.state is State.DRIFTED and recorded is not None and recorded == sha256(st.current):
             details = (
@@ -228,7 +265,7 @@ def apply(
             ]
             return result
         paths = list(dict.fromkeys([*plan.paths(), *manifest.files]))
-        states = _file_states(catalog, profile, dists, manifest, paths)
+        states = _file_states(catalog, profile, dists, manifest, paths, state_dir)
         refusal = _refusal(plan, states, manifest.files)
         if refusal is None:
             try:
@@ -243,11 +280,8 @@ def apply(
                 for f in plan.fixes
             ]
             return result
-        applied_before = {fid for st in states.values() for fid in st.base.applied}
         for fix in plan.fixes:
-            done = fix.id in applied_before and all(
-                fix.id in states[c.path].base.applied for c in fix.changes[profile.release]
-            )
+            done = all(_still_applied(c, states[c.path], manifest) for c in fix.changes[profile.release])
             action = "already-applied" if done else ("would-apply" if dry_run else "applied")
             result.fixes.append(FixResult(fix.id, action, None, counts.get(fix.id, []), plan.pulled_in.get(fix.id)))
         new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, records)
@@ -257,6 +291,14 @@ def apply(
         transaction.check_writable([w.path for w in writes], state_dir)
         transaction.commit(state_dir, writes)
     return result
+
+
+def _still_applied(change: Change, st: FileState, manifest: Manifest) -> bool:
+    """The change is in the file already: applied, and (when recorded) with the same patch."""
+    if change.fix_id not in st.base.applied:
+        return False
+    steps = manifest.steps(change.path)
+    return not steps or (change.fix_id, patch_digest(change.patch)) in steps
 
 
 def _refusal(
@@ -281,6 +323,10 @@ def _writes(
     writes = [
         transaction.Write(st.dist.file(path), new[path]) for path, st in states.items() if new[path] != st.current
     ]
+    for path, st in states.items():  # keep the release's bytes of every patched file, and only those
+        keep = st.base.pristine if path in new_manifest.files else None
+        if keep != st.stored:
+            writes.append(transaction.Write(pristine_copy(state_dir, path), keep))
     if writes or not new_manifest.same_content(old_manifest):
         content = None if new_manifest.empty else new_manifest.to_bytes()
         if content is not None or (state_dir / FILE_NAME).exists():
@@ -325,7 +371,7 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None) -> Sta
     _, dists = _environment(profile, site)
     fix_ids = list(profile.pack) if profile_name else list(manifest.fixes)
     paths = list(dict.fromkeys(c.path for fid in fix_ids for c in catalog.fixes[fid].changes[profile.release]))
-    states = _file_states(catalog, profile, dists, manifest, paths)
+    states = _file_states(catalog, profile, dists, manifest, paths, env.state_dir)
     fixes = [(fid, _fix_state(catalog.fixes[fid], profile.release, states)) for fid in fix_ids]
     return StatusResult(profile.name, list(env.found.values()), fixes, notes, manifest)
 
@@ -352,7 +398,7 @@ def revert(catalog: Catalog, names: tuple[str, ...], site: Path | None, dry_run:
         removing = _with_dependents(catalog, set(names) if names else set(manifest.fixes), manifest.fixes)
         keep = tuple(f for f in manifest.fixes if f not in removing)
         plan = resolve(catalog, profile, (), keep=manifest.fixes)
-        states = _file_states(catalog, profile, dists, manifest, list(manifest.files))
+        states = _file_states(catalog, profile, dists, manifest, list(manifest.files), env.state_dir)
         refusal = _refusal(plan, states, manifest.files)
         if refusal is None:
             try:

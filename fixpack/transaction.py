@@ -158,7 +158,15 @@ def commit(state_dir: Path, writes: list[Write]) -> None:
         remove_bytecode(w.path)
         counter.wrote()
     _clear_journal(journal)
-    with contextlib.suppress(OSError):  # leave no empty state folder behind a full revert
+    _prune(state_dir)
+
+
+def _prune(state_dir: Path) -> None:
+    """Remove the state directory's empty folders (all of it after a full revert)."""
+    for folder in sorted((p for p in state_dir.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    with contextlib.suppress(OSError):
         state_dir.rmdir()
 
 
@@ -204,4 +212,5 @@ def recover(state_dir: Path) -> bool:
             _atomic_write(path, backup.read_bytes(), like=path)
         remove_bytecode(path)
     _clear_journal(journal)
+    _prune(state_dir)
     return True

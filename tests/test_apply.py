@@ -274,3 +274,33 @@ def test_partial_when_one_file_of_a_fix_is_put_back_by_hand(cookbook, site):
     # apply puts the missing half back.
     assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
     assert site.read("vllm_gaudi/batch.py") == (BATCH + "# two\n").encode()
+
+
+def test_a_changed_cookbook_is_applied_over_the_old_fix(cookbook, site):
+    """An image patched with an older cookbook: the fix's new patch replaces its old one."""
+    old = RUNNER.replace("return 3\n", "return 33\n")
+    cookbook.fix("runner-fix", {"vllm_gaudi/runner.py": (RUNNER, old)})
+    cookbook.profile(["runner-fix"])
+    cookbook.lock()
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
+    new = RUNNER.replace("return 3\n", "return 333\n")
+    cookbook.fix("runner-fix", {"vllm_gaudi/runner.py": (RUNNER, new)})
+    cookbook.lock()
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path), "--json")
+    assert r.exit_code == 0, r.stderr
+    assert [f["action"] for f in json.loads(r.stdout)["fixes"]] == ["applied"]
+    assert site.read("vllm_gaudi/runner.py") == new.encode()
+    assert cli("revert", "--site", str(site.path)).exit_code == 0
+    assert site.read("vllm_gaudi/runner.py") == RUNNER.encode()
+    assert not (site.path / ".fixpack").exists()
+
+
+def test_drift_after_apply_shows_the_hand_edit(cookbook, site):
+    two_fixes(cookbook)
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
+    edited = site.read("vllm_gaudi/runner.py").replace(b"return 7\n", b"return 77\n")
+    site.file("vllm_gaudi/runner.py").write_bytes(edited)
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 1 and "changed after fixpack applied runner-fix" in r.stderr
+    assert "-    return 7\n+    return 77" in r.stderr
+    assert site.read("vllm_gaudi/runner.py") == edited
