@@ -266,17 +266,14 @@ def apply(
             return result
         paths = list(dict.fromkeys([*plan.paths(), *manifest.files]))
         states = _file_states(catalog, profile, dists, manifest, paths, state_dir)
-        refusal = _refusal(plan, states, manifest.files)
-        if refusal is None:
-            try:
-                new, records, counts = _plan_writes(plan, states, plan.fix_ids)
-            except ChangeFailed as exc:
-                refusal = (exc.change.fix_id, exc.message, exc.details)
-        if refusal is not None:
-            fix_id, message, details = refusal
-            result.error = Refused(f"{fix_id}: {message}; nothing was changed", details=details)
+        try:
+            new, records, counts = _new_contents(plan, states, manifest, plan.fix_ids)
+        except PlanRefused as refused:
+            result.error = refused.error()
             result.fixes = [
-                FixResult(f.id, "refused", message if f.id == fix_id else "not applied: the plan was refused")
+                FixResult(
+                    f.id, "refused", refused.message if f.id == refused.fix_id else "not applied: the plan was refused"
+                )
                 for f in plan.fixes
             ]
             return result
@@ -285,11 +282,8 @@ def apply(
             action = "already-applied" if done else ("would-apply" if dry_run else "applied")
             result.fixes.append(FixResult(fix.id, action, None, counts.get(fix.id, []), plan.pulled_in.get(fix.id)))
         new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, records)
-        writes = _writes(states, new, new_manifest, manifest, state_dir)
-        if dry_run or not writes:
-            return result
-        transaction.check_writable([w.path for w in writes], state_dir)
-        transaction.commit(state_dir, writes)
+        if not dry_run:
+            _commit(_writes(states, new, new_manifest, manifest, state_dir), state_dir)
     return result
 
 
@@ -301,16 +295,37 @@ def _still_applied(change: Change, st: FileState, manifest: Manifest) -> bool:
     return not steps or (change.fix_id, patch_digest(change.patch)) in steps
 
 
-def _refusal(
-    plan: Plan, states: dict[str, FileState], manifest_files: dict[str, FileRecord]
-) -> tuple[str, str, str] | None:
-    problems = _problems(states, plan, manifest_files)
-    if not problems:
-        return None
-    fix_id, message, details = problems[0]
-    if len(problems) > 1:
-        message += f" (and {len(problems) - 1} more: " + "; ".join(p[1] for p in problems[1:]) + ")"
-    return fix_id, message, details
+class PlanRefused(Exception):
+    """A file is drifted or missing, or a change does not apply or compile: nothing is written."""
+
+    def __init__(self, fix_id: str, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.fix_id, self.message, self.details = fix_id, message, details
+
+    def error(self) -> Refused:
+        return Refused(f"{self.fix_id}: {self.message}; nothing was changed", details=self.details)
+
+
+def _new_contents(
+    plan: Plan, states: dict[str, FileState], manifest: Manifest, fix_ids: tuple[str, ...]
+) -> tuple[dict[str, bytes | None], dict[str, FileRecord], dict[str, list[tuple[str, int, int]]]]:
+    """Every file's new bytes for ``fix_ids``, or PlanRefused naming the first problem (and counting the rest)."""
+    problems = _problems(states, plan, manifest.files)
+    if problems:
+        fix_id, message, details = problems[0]
+        if len(problems) > 1:
+            message += f" (and {len(problems) - 1} more: " + "; ".join(p[1] for p in problems[1:]) + ")"
+        raise PlanRefused(fix_id, message, details)
+    try:
+        return _plan_writes(plan, states, fix_ids)
+    except ChangeFailed as exc:
+        raise PlanRefused(exc.change.fix_id, exc.message, exc.details) from None
+
+
+def _commit(writes: list[transaction.Write], state_dir: Path) -> None:
+    if writes:
+        transaction.check_writable([w.path for w in writes], state_dir)
+        transaction.commit(state_dir, writes)
 
 
 def _writes(
@@ -399,26 +414,18 @@ def revert(catalog: Catalog, names: tuple[str, ...], site: Path | None, dry_run:
         keep = tuple(f for f in manifest.fixes if f not in removing)
         plan = resolve(catalog, profile, (), keep=manifest.fixes)
         states = _file_states(catalog, profile, dists, manifest, list(manifest.files), env.state_dir)
-        refusal = _refusal(plan, states, manifest.files)
-        if refusal is None:
-            try:
-                new, records, _ = _plan_writes(plan, states, keep)
-            except ChangeFailed as exc:
-                refusal = (exc.change.fix_id, exc.message, exc.details)
-        if refusal is not None:
-            fix_id, message, details = refusal
-            result.error = Refused(f"{fix_id}: {message}; nothing was changed", details=details)
+        try:
+            new, records, _ = _new_contents(plan, states, manifest, keep)
+        except PlanRefused as refused:
+            result.error = refused.error()
             return result
         for fid in manifest.fixes:
             if fid in removing:
                 why = None if fid in names or not names else "depends on a fix being reverted"
                 result.fixes.append(FixResult(fid, "would-revert" if dry_run else "reverted", why))
         new_manifest = Manifest(profile.name, profile.release, keep, records) if keep else Manifest()
-        writes = _writes(states, new, new_manifest, manifest, env.state_dir)
-        if dry_run or not writes:
-            return result
-        transaction.check_writable([w.path for w in writes], env.state_dir)
-        transaction.commit(env.state_dir, writes)
+        if not dry_run:
+            _commit(_writes(states, new, new_manifest, manifest, env.state_dir), env.state_dir)
     return result
 
 
