@@ -23,8 +23,12 @@ is left out, and said so. The scale rows always use synthetic fixes.
 Rows: cold apply (``fixes/apply_all.py`` on a pristine site) against the floor (python3 reading
 and sha256-hashing the same target files) and ``git apply`` / ``patch -p1`` of the same patches
 (``fixpack diff``); warm re-run against the same floor and ``git apply --check -R``; ``fixpack
-verify`` against cold apply + revert; scale rows. Peak memory is each process's max RSS
-(``wait4``; a process's waited-for children included). The goals are checked at the end.
+verify`` against cold apply + revert; scale rows. Peak memory is each process's max RSS, from
+one extra untimed run under GNU time (or a minimal launcher), so that the bench's own size stays
+out; a process's waited-for children count (verify's proofs). The goals are checked at the end.
+
+Scratch goes to a new temporary folder (``--workdir``; ``--keep`` keeps it); the engine is run
+from a snapshot of ``--repo`` taken at the start, so edits made meanwhile do not mix in.
 """
 
 from __future__ import annotations
@@ -885,6 +889,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
     args = ap.parse_args(argv)
+    if args.site_from and (
+        args.synthetic or not (os.environ.get("FIXPACK_SRC_VLLM_GAUDI") and os.environ.get("FIXPACK_SRC_VLLM"))
+    ):
+        ap.error(
+            "--site-from needs the real fixes: set FIXPACK_SRC_VLLM_GAUDI and FIXPACK_SRC_VLLM, without --synthetic"
+        )
     for tool in ("git", "patch"):
         if shutil.which(tool) is None:
             raise SystemExit(f"bench: {tool} is not installed (a peer)")

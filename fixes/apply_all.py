@@ -5,16 +5,21 @@ The same as ``fixpack apply ARGS``, run from a cookbook checkout with plain ``py
 fixpack package beside this folder is used without being installed.
 """
 
+import os
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 REQUIREMENTS = {"click": "click>=8", "packaging": "packaging>=21", "unidiff": "unidiff>=0.7"}
 if sys.version_info < (3, 11):
     REQUIREMENTS["tomli"] = "tomli>=1.1"
 
 
 def main() -> None:
+    sys.path.insert(0, ROOT)
+    from fixpack.fastpath import try_warm  # standard library only
+
+    if try_warm(sys.argv[1:], ROOT) == 0:  # already applied and unchanged: nothing else is imported
+        sys.exit(0)
     missing = []
     for module, requirement in REQUIREMENTS.items():
         try:
@@ -24,11 +29,10 @@ def main() -> None:
     if missing:
         print(
             f"fixpack: error: missing Python packages; install them with:\n"
-            f"  {Path(sys.executable).name} -m pip install {' '.join(repr(m) for m in missing)}",
+            f"  {os.path.basename(sys.executable)} -m pip install {' '.join(repr(m) for m in missing)}",
             file=sys.stderr,
         )
         sys.exit(3)
-    sys.path.insert(0, str(ROOT))
     from fixpack.cli import run_apply_all
 
     run_apply_all(sys.argv[1:])

@@ -122,8 +122,29 @@ def explain_edit(path: str, expected: bytes | None, current: bytes | None, limit
     return "\n".join(lines[:limit]) + more
 
 
+def locked_chain(pristine: bytes | None, changes: list[Change]) -> bool:
+    """Whether ``changes`` are a run of the locked chain starting at ``pristine``: each change's
+    locked before-hash is the after-hash of the one before it, the first's is ``pristine``'s."""
+    if not changes or pristine is None or any(c.fingerprint is None or c.creates or c.deletes for c in changes):
+        return False
+    if fingerprint.of(pristine) != changes[0].fingerprint.before:  # type: ignore[union-attr]
+        return False
+    return all(a.fingerprint.after == b.fingerprint.before for a, b in zip(changes, changes[1:]))  # type: ignore[union-attr]
+
+
 def build(pristine: bytes | None, changes: list[Change]) -> bytes | None:
-    """Apply ``changes`` in order to the pristine bytes, checking locked fingerprints that apply."""
+    """Apply ``changes`` in order to the pristine bytes, checking locked fingerprints that apply.
+
+    A run of the locked chain is applied in one pass over the file's lines and checked once, at
+    the end, against the last locked after-hash (the hashes in between follow: the same diffs on
+    the same bytes); on any mismatch the changes are applied one by one, for the exact message."""
+    if locked_chain(pristine, changes):
+        try:
+            content = diff.apply_chain([parsed(c) for c in changes], pristine)  # type: ignore[arg-type]
+        except diff.HunkFailed:
+            content = None
+        if content is not None and fingerprint.of(content) == changes[-1].fingerprint.after:  # type: ignore[union-attr]
+            return content
     content = pristine
     for change in changes:
         before = fingerprint.of(content)
@@ -138,7 +159,8 @@ def build(pristine: bytes | None, changes: list[Change]) -> bytes | None:
 
 
 def compile_error(path: str, content: bytes | None) -> str | None:
-    """Why the new content of a Python file would not compile, or None."""
+    """Why the new content of a Python file would not compile, or None. Always compiled, even
+    when locked: the image's Python may be another version than the one that ran the lock."""
     if content is None or not path.endswith(".py"):
         return None
     try:

@@ -27,6 +27,7 @@ class Manifest:
     fixes: tuple[str, ...] = ()
     files: dict[str, FileRecord] = field(default_factory=dict)
     time: str = ""
+    warm: dict | None = None  # fastpath's stamp: what an already-applied re-run checks and prints
 
     def steps(self, path: str) -> tuple[tuple[str, str], ...]:
         """(fix id, patch digest) of each change recorded for ``path``, in order."""
@@ -55,6 +56,8 @@ class Manifest:
                 for path, r in sorted(self.files.items())
             },
         }
+        if self.warm is not None:
+            data["warm"] = self.warm
         return (json.dumps(data, indent=2) + "\n").encode()
 
     @classmethod
@@ -68,7 +71,14 @@ class Manifest:
             path: FileRecord(r["dist"], r["pristine"], r["applied"], tuple(r["fixes"]), tuple(r.get("patches", ())))
             for path, r in data.get("files", {}).items()
         }
-        return cls(data.get("profile"), data.get("release"), tuple(data.get("fixes", ())), files, data.get("time", ""))
+        return cls(
+            data.get("profile"),
+            data.get("release"),
+            tuple(data.get("fixes", ())),
+            files,
+            data.get("time", ""),
+            data.get("warm"),
+        )
 
     def same_content(self, other: Manifest) -> bool:
         return (self.profile, self.release, self.fixes, self.files) == (

@@ -6,6 +6,7 @@ in memory (compose), and only then, all checks passed, hands the writes to the t
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,15 +64,18 @@ def _environment(profile: Profile, site: Path | None) -> tuple[Environment, dict
 
 def check_commits(profile: Profile, dists: dict[str, Distribution], allow_unpinned: bool) -> list[str]:
     """Refuse a known commit the profile does not accept; say where each commit came from."""
-    from packaging.version import InvalidVersion, Version
-
     notes = []
     for pin in profile.pins:
         dist = dists[pin.dist]
-        try:
-            version_ok = Version(dist.version).public == Version(pin.version).public
-        except InvalidVersion:
-            version_ok = False
+        if dist.version == pin.version:
+            version_ok = True  # the usual case, without importing packaging (start-up time)
+        else:
+            from packaging.version import InvalidVersion, Version
+
+            try:
+                version_ok = Version(dist.version).public == Version(pin.version).public
+            except InvalidVersion:
+                version_ok = False
         commit = dist.commit
         if commit.id is None:
             notes.append(
@@ -180,7 +184,8 @@ def _plan_writes(
     for path, st in states.items():
         changes = [pc.change for pc in plan.changes_for(path) if pc.change.fix_id in fix_ids]
         content = compose.build(st.base.pristine, changes)
-        problem = compose.compile_error(path, content)
+        # Without changes the file goes back to the release's bytes, recognised by their hash.
+        problem = compose.compile_error(path, content) if changes else None
         if problem:
             raise ChangeFailed(changes[-1], f"the result does not compile: {problem}")
         new[path] = content
@@ -246,7 +251,8 @@ def apply(
         if name not in catalog.fixes:
             raise UsageError(f"unknown fix {name!r}{suggest(name, list(profile.pack))}")
     env, dists = _environment(profile, site)
-    result.notes += check_commits(profile, dists, allow_unpinned)
+    commit_notes = check_commits(profile, dists, allow_unpinned)
+    result.notes += commit_notes
     state_dir = env.state_dir
     with transaction.locked(state_dir):
         _recover(env, result.notes)
@@ -283,8 +289,71 @@ def apply(
             result.fixes.append(FixResult(fix.id, action, None, counts.get(fix.id, []), plan.pulled_in.get(fix.id)))
         new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, records)
         if not dry_run:
-            _commit(_writes(states, new, new_manifest, manifest, state_dir), state_dir)
+            writes = _writes(states, new, new_manifest, manifest, state_dir)
+            if writes:  # this apply writes: record the stamp of the all-applied state it leaves
+                stamp = _warm_stamp(
+                    catalog, profile, asked, site, allow_unpinned, dists, state_dir, plan, records, commit_notes
+                )
+                new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, records, warm=stamp)
+                writes = _writes(states, new, new_manifest, manifest, state_dir)
+            _commit(writes, state_dir)
     return result
+
+
+def _warm_stamp(
+    catalog: Catalog,
+    profile: Profile,
+    asked: tuple[str, ...],
+    site: Path | None,
+    allow_unpinned: bool,
+    dists: dict[str, Distribution],
+    state_dir: Path,
+    plan: Plan,
+    records: dict[str, FileRecord],
+    commit_notes: list[str],
+) -> dict:
+    """fastpath's stamp for the state this apply leaves: everything applied, as planned."""
+    import io
+
+    from . import fastpath, report
+
+    engine = Path(__file__).resolve().parent.parent
+    warm = Result("apply", profile.name)
+    warm.notes = [*commit_notes, *(f"{fid} is pulled in: {by} requires it" for fid, by in plan.pulled_in.items())]
+    warm.fixes = [FixResult(f.id, "already-applied", pulled_in_by=plan.pulled_in.get(f.id)) for f in plan.fixes]
+    out, err = io.StringIO(), io.StringIO()
+    report.human(warm, out, err)
+    dist_files = []
+    for d in dists.values():
+        files = [d.dist_info / "METADATA", d.dist_info / "direct_url.json", d.files_root / d.package / "_version.py"]
+        dist_files.append(
+            {
+                "name": d.name,
+                "dist_info": os.path.abspath(d.dist_info),
+                "files": {os.path.abspath(f): sha256(f.read_bytes() if f.exists() else None) for f in files},
+            }
+        )
+    targets = {}
+    for path, record in records.items():
+        pin = profile.pin_for_path(path)
+        assert pin is not None
+        targets[os.path.abspath(dists[pin.dist].file(path))] = record.applied
+    return {
+        "format": fastpath.FORMAT,
+        "key": fastpath.request_key(
+            str(engine),
+            os.path.abspath(catalog.root),
+            profile.name,
+            list(asked),
+            os.path.abspath(site) if site is not None else None,
+            allow_unpinned,
+        ),
+        "state_dir": os.path.abspath(state_dir),
+        "dists": dist_files,
+        "targets": targets,
+        "stdout": out.getvalue(),
+        "stderr": err.getvalue(),
+    }
 
 
 def _still_applied(change: Change, st: FileState, manifest: Manifest) -> bool:

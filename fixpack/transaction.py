@@ -55,8 +55,23 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def _atomic_write(path: Path, content: bytes, like: Path | None = None) -> None:
-    """Write via a temporary file in the same folder and rename it over ``path``."""
+def _backup(source: Path, backup: Path) -> None:
+    """Keep ``source``'s bytes at ``backup``: a hard link where possible (targets are only ever
+    replaced by renaming, never written in place, so the linked inode keeps the old bytes), else a
+    copy. The caller fsyncs the journal folder once for all backups."""
+    try:
+        os.link(source, backup)
+    except OSError:  # another file system, or links not allowed: copy
+        with open(backup, "wb") as fh:
+            fh.write(source.read_bytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def _atomic_write(path: Path, content: bytes, like: Path | None = None, sync_dir: bool = True) -> None:
+    """Write via a temporary file in the same folder and rename it over ``path``.
+
+    ``sync_dir=False``: the caller fsyncs the folder later (once for several renames)."""
     tmp = path.with_name(f".{path.name}.fixpack-tmp")
     with open(tmp, "wb") as fh:
         fh.write(content)
@@ -69,7 +84,8 @@ def _atomic_write(path: Path, content: bytes, like: Path | None = None) -> None:
         with contextlib.suppress(OSError):  # keep the owner when run as root on another's files
             os.chown(tmp, st.st_uid, st.st_gid)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    if sync_dir:
+        _fsync_dir(path.parent)
 
 
 def _remove(path: Path) -> None:
@@ -82,9 +98,11 @@ def remove_bytecode(source: Path) -> None:
     """Remove every cached ``.pyc`` of a module, so the next import compiles the new source."""
     cache = source.parent / "__pycache__"
     if source.suffix == ".py" and cache.is_dir():
-        for pyc in cache.glob(f"{source.stem}.*.pyc"):
-            with contextlib.suppress(FileNotFoundError):
-                pyc.unlink()
+        prefix = source.stem + "."
+        for name in os.listdir(cache):  # as cache.glob(f"{stem}.*.pyc"), without compiling a pattern
+            if name.startswith(prefix) and name.endswith(".pyc"):
+                with contextlib.suppress(FileNotFoundError):
+                    (cache / name).unlink()
 
 
 def check_writable(paths: list[Path], state_dir: Path) -> None:
@@ -145,18 +163,27 @@ def commit(state_dir: Path, writes: list[Write]) -> None:
         entries.append({"path": str(w.path), "old": sha256(old), "new": sha256(w.content), "backup": f"{i}.bak"})
     _atomic_write(journal / "journal.json", json.dumps({"entries": entries}, indent=1).encode())
     counter.wrote()
+    backed_up = False
     for w, entry in zip(writes, entries):
         if entry["old"] is not None:
-            _atomic_write(journal / entry["backup"], w.path.read_bytes())
+            _backup(w.path, journal / entry["backup"])
+            backed_up = True
             counter.wrote()
+    if backed_up:
+        _fsync_dir(journal)  # every backup is durable before the first target changes
+    folders: dict[Path, None] = {}
     for w in writes:
         if w.content is None:
-            _remove(w.path)
+            with contextlib.suppress(FileNotFoundError):
+                w.path.unlink()
         else:
             w.path.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(w.path, w.content, like=w.path)
+            _atomic_write(w.path, w.content, like=w.path, sync_dir=False)
+        folders[w.path.parent] = None
         remove_bytecode(w.path)
         counter.wrote()
+    for folder in folders:  # every rename is durable before the journal goes
+        _fsync_dir(folder)
     _clear_journal(journal)
     _prune(state_dir)
 

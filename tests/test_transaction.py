@@ -193,8 +193,9 @@ def test_apply_all_runs_apply_and_reports_missing_dependencies(cookbook, site, t
     shadow = tmp_path / "shadow"
     shadow.mkdir()
     (shadow / "unidiff.py").write_text("raise ImportError('no unidiff here')\n")
+    fresh = make_site(tmp_path / "fresh")  # the applied site above takes the fast path, which needs none
     r = subprocess.run(
-        [sys.executable, str(script), "--profile", "v0.26.0", "--site", str(site.path)],
+        [sys.executable, str(script), "--profile", "v0.26.0", "--site", str(fresh.path)],
         capture_output=True,
         text=True,
         env={**env, "PYTHONPATH": str(shadow)},

@@ -134,6 +134,11 @@ def _dominant_ending(lines: list[str]) -> str:
     return "\r\n" if crlf * 2 > len(lines) else "\n"
 
 
+def _ending_of(content: bytes, n_lines: int) -> str:
+    """``_dominant_ending`` of a file's lines, counted on its bytes (each CRLF ends one line)."""
+    return "\r\n" if content.count(b"\r\n") * 2 > n_lines else "\n"
+
+
 def _matches(lines: list[str], at: int, want: tuple[str, ...]) -> bool:
     if at < 0 or at + len(want) > len(lines):
         return False
@@ -184,7 +189,30 @@ def apply(fd: FileDiff, content: bytes | None) -> bytes | None:
         raise HunkFailed(fd.path, 1, 0, "the file is absent")
     else:
         lines = content.decode(ENC, ERRORS).splitlines(keepends=True)
-    eol = _dominant_ending(lines or [t for h in fd.hunks for _, t in h.lines])
+    eol = _ending_of(content, len(lines)) if lines else None
+    out = apply_lines(fd, lines, eol)
+    return None if out is None else "".join(out).encode(ENC, ERRORS)
+
+
+def apply_chain(fds: list[FileDiff], content: bytes) -> bytes | None:
+    """Apply several diffs of one file in order, decoding and encoding the file once.
+
+    Gives the same bytes as ``apply`` one after the other for diffs that neither create nor delete
+    the file (the caller checks the result against the locked after-hash anyway)."""
+    lines = content.decode(ENC, ERRORS).splitlines(keepends=True)
+    eol = _ending_of(content, len(lines)) if lines else None
+    for fd in fds:
+        if fd.creates or fd.deletes:
+            raise ValueError("apply_chain takes diffs that neither create nor delete the file")
+        lines = apply_lines(fd, lines, eol)  # type: ignore[assignment]
+    return "".join(lines).encode(ENC, ERRORS)
+
+
+def apply_lines(fd: FileDiff, lines: list[str], eol: str | None = None) -> list[str] | None:
+    """``apply`` on a file's lines (with their endings); None if the diff deletes the file.
+    ``eol``: the file's dominant line ending, when the caller has counted it."""
+    if eol is None:
+        eol = _dominant_ending(lines or [t for h in fd.hunks for _, t in h.lines])
     out: list[str] = []
     pos = offset = 0
     for index, hunk in enumerate(fd.hunks, 1):
@@ -208,7 +236,7 @@ def apply(fd: FileDiff, content: bytes | None) -> bytes | None:
         if any(out):
             raise HunkFailed(fd.path, len(fd.hunks), 0, "lines remain in a file this change deletes")
         return None
-    return "".join(out).encode(ENC, ERRORS)
+    return out
 
 
 def render(path: str, before: bytes | None, after: bytes | None, context: int = 3) -> str:

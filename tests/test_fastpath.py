@@ -1,0 +1,65 @@
+"""The already-applied fast path of fixes/apply_all.py: the same answer as the full apply, or none."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+from test_transaction import three_fixes
+
+SCRIPT = REPO / "fixes" / "apply_all.py"
+
+
+def apply_all(cookbook, site, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full = dict(os.environ, FIXPACK_COOKBOOK=str(cookbook.root), **env)
+    full.pop("PYTHONPATH", None)
+    cmd = [sys.executable, "-X", "importtime", str(SCRIPT), "--profile", "v0.26.0", *args, "--site", str(site.path)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=full)
+
+
+def output(r: subprocess.CompletedProcess[str]) -> tuple[str, str]:
+    return r.stdout, "".join(ln + "\n" for ln in r.stderr.splitlines() if not ln.startswith("import time:"))
+
+
+def took_fast_path(r: subprocess.CompletedProcess[str]) -> bool:
+    return " click" not in r.stderr  # -X importtime: the full apply imports click
+
+
+def test_warm_rerun_takes_the_fast_path_with_the_same_output(cookbook, site):
+    three_fixes(cookbook)
+    assert apply_all(cookbook, site).returncode == 0
+    fast = apply_all(cookbook, site)
+    full = apply_all(cookbook, site, FIXPACK_NO_FAST_PATH="1")
+    assert fast.returncode == full.returncode == 0
+    assert took_fast_path(fast) and not took_fast_path(full)
+    assert output(fast) == output(full)
+    assert "3 already applied" in fast.stdout
+
+
+def test_any_change_sends_the_rerun_down_the_full_path(cookbook, site):
+    three_fixes(cookbook)
+    assert apply_all(cookbook, site).returncode == 0
+    # another request
+    assert not took_fast_path(apply_all(cookbook, site, "--dry-run"))
+    # a cookbook file changed (same fixes: still all applied, by the full path)
+    toml = cookbook.root / "fixes" / "two" / "fix.toml"
+    toml.write_text(toml.read_text().replace("Because two", "Since two"))
+    r = apply_all(cookbook, site)
+    assert r.returncode == 0 and not took_fast_path(r) and "3 already applied" in r.stdout
+    toml.write_text(toml.read_text().replace("Since two", "Because two"))
+    assert took_fast_path(apply_all(cookbook, site))
+    # a target edited by hand: the full path refuses it as drifted
+    target = site.file("vllm_gaudi/batch.py")
+    target.write_text(target.read_text() + "# local edit\n")
+    r = apply_all(cookbook, site)
+    assert r.returncode == 1 and not took_fast_path(r) and "drifted" in r.stderr
+
+
+def test_a_journal_left_behind_is_recovered_by_the_full_path(cookbook, site):
+    three_fixes(cookbook)
+    assert apply_all(cookbook, site).returncode == 0
+    (site.path / ".fixpack" / "journal").mkdir()
+    r = apply_all(cookbook, site)
+    assert r.returncode == 0 and not took_fast_path(r) and "recovered" in r.stderr
