@@ -444,10 +444,8 @@ def synth_trees(root: Path, targets: dict[str, int]) -> dict[str, Path]:
 
 def real_cookbook(root: Path, src: dict[str, Path], tools: Tools) -> tuple[list[str], list[str]]:
     """Copy the repository's cookbook, lock it against ``src``; leave out fixes that fail."""
-    (root / "fixes").mkdir(parents=True)
-    for d in sorted((tools.source / "fixes").iterdir()):
-        if (d / "fix.toml").exists():
-            shutil.copytree(d, root / "fixes" / d.name, ignore=shutil.ignore_patterns("*.lock.json", "__pycache__"))
+    # All of fixes/: the proofs import their shared harnesses from fixes/_support.
+    shutil.copytree(tools.source / "fixes", root / "fixes", ignore=shutil.ignore_patterns("*.lock.json", "__pycache__"))
     shutil.copytree(tools.source / "profiles", root / "profiles")
     dropped: list[str] = []
     for _ in range(40):
