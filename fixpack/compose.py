@@ -27,7 +27,6 @@ class Base:
     applied: tuple[str, ...]
     state: State  # PRISTINE (nothing applied), APPLIED (some applied), DRIFTED or MISSING
     problem: str = ""
-    details: str = ""
 
 
 class ChangeFailed(Exception):

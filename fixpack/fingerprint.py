@@ -27,14 +27,3 @@ class State(str, enum.Enum):
     APPLIED = "applied"  # the hash after it: nothing to do
     DRIFTED = "drifted"  # neither: refuse, and show how it differs
     MISSING = "missing"  # absent, and the change does not create it
-
-
-def state_of(installed: str | None, before: str | None, after: str | None) -> State:
-    """Classify an installed file's hash (``None``: absent) against a change's before and after."""
-    if installed == after:
-        return State.APPLIED
-    if installed == before:
-        return State.PRISTINE
-    if installed is None:
-        return State.MISSING
-    return State.DRIFTED

@@ -24,8 +24,6 @@ import subprocess
 import sys
 import textwrap
 import types
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,18 +104,6 @@ HABANA_MODULES = (
     "habana_frameworks.torch.utils",
     "habana_frameworks.torch.utils.experimental",
 )
-
-
-@contextmanager
-def on_path(*dirs: Path | None) -> Iterator[None]:
-    """Put tree roots first on ``sys.path`` for the duration."""
-    added = [str(d) for d in dirs if d is not None]
-    sys.path[:0] = added
-    try:
-        yield
-    finally:
-        for d in added:
-            sys.path.remove(d)
 
 
 def _load_check(proof_file: Path) -> Any:
