@@ -67,7 +67,7 @@ def test_build_site_lays_out_both_distributions(tmp_path: Path):
     )
     assert r.exit_code == 0, r.output
     assert (site / "vllm/sampler.py").read_text() == SAMPLER
-    assert list(site.glob("vllm_gaudi-0.26.0*.dist-info"))
+    assert list(site.glob("vllm_gaudi-0.26.0*.*-info"))  # an old setuptools leaves egg-info: found all the same
     assert not (repo / "vllm_gaudi/_version.py").exists()  # the build ran in a clone, not in the checkout
     st = CliRunner().invoke(main, ["status", "--site", str(site), "--json"])
     dists = {d["name"]: d for d in json.loads(st.stdout)["distributions"]}
