@@ -63,3 +63,18 @@ def test_a_journal_left_behind_is_recovered_by_the_full_path(cookbook, site):
     (site.path / ".fixpack" / "journal").mkdir()
     r = apply_all(cookbook, site)
     assert r.returncode == 0 and not took_fast_path(r) and "recovered" in r.stderr
+
+
+def test_interpreter_path_install_without_site(cookbook, site):
+    """No --site: the distributions are found on the interpreter's path, fast path included."""
+    three_fixes(cookbook)
+    env = dict(os.environ, FIXPACK_COOKBOOK=str(cookbook.root), PYTHONPATH=str(site.path))
+    env.pop("FIXPACK_SITE", None)
+    cmd = [sys.executable, "-X", "importtime", str(SCRIPT), "--profile", "v0.26.0"]
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert first.returncode == 0, first.stderr
+    assert (site.path / ".fixpack" / "manifest.json").exists()
+    assert b"return 20\n" in site.read("vllm_gaudi/runner.py")
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert again.returncode == 0 and "3 already applied" in again.stdout
+    assert took_fast_path(again)
