@@ -230,6 +230,11 @@ def verify(
     catalog = _catalog()
     chosen = [catalog.profile(p) for p in profiles] if profiles else list(catalog.profiles.values())
     roots = _sources(sources)
+    for prof in chosen:
+        missing = [p.dist for p in prof.pins if p.dist not in roots]
+        if missing:
+            hint = " ".join(f"--source {d}=DIR" for d in missing)
+            raise UsageError(f"verify --profile {prof.name} needs the pristine trees: give {hint}")
     verdicts = [v for prof in chosen for v in verify_profile(catalog, prof, roots, jobs=jobs)]
     ok = all(v.ok for v in verdicts)
     if junit:

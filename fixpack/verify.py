@@ -77,13 +77,6 @@ def verify_profile(catalog: Catalog, profile: Profile, sources: dict[str, Path],
     verdicts = {fid: FixVerdict(fid, profile.release, profile.name) for fid in profile.pack}
     for fid in profile.pack:
         verdicts[fid].failures += _metadata_failures(catalog.fixes[fid])
-    missing = [p.dist for p in profile.pins if p.dist not in sources]
-    if missing:
-        for v in verdicts.values():
-            v.fail(f"no --source for {', '.join(missing)}")
-            v.applies = v.compiles = v.reverts = False
-        return list(verdicts.values())
-
     # Fingerprints: what lock would write now must equal what is locked.
     try:
         fresh = lock.fingerprints(catalog, profile, sources)

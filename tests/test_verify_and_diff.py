@@ -157,6 +157,12 @@ def test_unified_diff_applies_with_patch(cookbook, tmp_path):
     assert b"return 99\n" in (tree / "vllm_gaudi/runner.py").read_bytes()
 
 
+def test_verify_without_sources_is_a_usage_error(cookbook):
+    good_pack(cookbook)
+    r = cli("verify", f"--source=vllm={cookbook.sources['vllm']}")
+    assert r.exit_code == 2 and "--source vllm-gaudi=DIR" in r.stderr
+
+
 def test_diff_usage_errors(cookbook):
     good_pack(cookbook)
     assert cli("diff").exit_code == 2
