@@ -28,7 +28,7 @@ from .errors import Refused, UsageError
 from .fingerprint import State, of, sha256
 from .manifest import FileRecord, Manifest
 from .model import Change, Fingerprint, Profile
-from .operations import pack_chain, read_manifest
+from .operations import pack_chain, pristine_copy, read_manifest
 
 
 @dataclass
@@ -113,7 +113,10 @@ class _Source:
 
 
 def _read(dist: Distribution, path: str) -> bytes | None:
-    target = dist.file(path)
+    return _read_file(dist.file(path))
+
+
+def _read_file(target: Path) -> bytes | None:
     return target.read_bytes() if target.is_file() else None
 
 
@@ -135,7 +138,7 @@ def _expected_pristine(dist: Distribution, path: str, rec: FileRecord | None, ch
 
 
 def _edits(
-    catalog: Catalog, profile: Profile, dist: Distribution, source: _Source, manifest: Manifest
+    catalog: Catalog, profile: Profile, dist: Distribution, source: _Source, manifest: Manifest, state_dir: Path
 ) -> tuple[list[_Edit], list[str]]:
     """The maintainer's edits in one distribution, and the paths whose pristine bytes are unknown."""
     edits, unknown = [], []
@@ -148,10 +151,16 @@ def _edits(
         if _fixpacks_own(path, current, rec, chain):
             continue
         listed = dist.record_hash(path) is not None
-        if not source.known and (listed or rec is not None):
+        kept = _read_file(pristine_copy(state_dir, path))  # apply kept the release's bytes of what it patched
+        if source.known:
+            pristine = source.read(path)
+        elif rec is not None and kept is not None and sha256(kept) == rec.pristine:
+            pristine = kept
+        elif listed or rec is not None:
             unknown.append(path)
             continue
-        pristine = source.read(path) if source.known else None
+        else:
+            pristine = None
         if pristine is None and rec is None and not path.endswith(".py"):
             continue  # a build's by-product (an in-place extension, a cache), not an authored file
         want = _expected_pristine(dist, path, rec, chain)
@@ -247,9 +256,8 @@ def record(
 
     edits, unknown = [], []
     for pin in profile.pins:
-        found, missing = _edits(
-            catalog, profile, dists[pin.dist], _Source(dists[pin.dist], sources.get(pin.dist)), manifest
-        )
+        source = _Source(dists[pin.dist], sources.get(pin.dist))
+        found, missing = _edits(catalog, profile, dists[pin.dist], source, manifest, env.state_dir)
         edits += found
         unknown += [f"{p} ({pin.dist})" for p in missing]
     if unknown:

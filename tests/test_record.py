@@ -168,3 +168,16 @@ def test_record_editable_against_a_source_skips_build_outputs(cookbook, tmp_path
     r = cli("record", "editable", "--profile", "v0.26.0", "--site", str(site.path), *sources_args(cookbook), "--json")
     assert r.exit_code == 0, r.output
     assert [f[0] for f in json.loads(r.stdout)["files"]] == ["vllm_gaudi/runner.py"]
+
+
+def test_record_without_source_uses_the_copy_apply_kept(cookbook, site):
+    """A file fixpack patched has its pristine bytes in the state directory: no --source needed."""
+    cookbook.fix("runner-fix", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 3\n", "return 33\n"))})
+    cookbook.profile(["runner-fix"])
+    cookbook.lock()
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
+    edit(site, "vllm_gaudi/runner.py", "return 8\n", "return 88\n")
+    r = cli("record", "on-top", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 0, r.output
+    patch = (cookbook.root / "fixes" / "on-top" / "v0.26.0.patch").read_text()
+    assert "+    return 88" in patch and "return 33" not in patch  # only the hand edit, on top of runner-fix
