@@ -153,7 +153,20 @@ def locked(state_dir: Path, timeout: float | None = None) -> Iterator[None]:
 
 
 def commit(state_dir: Path, writes: list[Write]) -> None:
-    """Apply ``writes`` all or nothing. The caller holds the lock and has checked everything."""
+    """Apply ``writes`` all or nothing. The caller holds the lock and has checked everything.
+
+    A write that fails (a full disk, say) rolls back what was done before it, at once."""
+    try:
+        _commit(state_dir, writes)
+    except OSError as exc:
+        try:
+            recover(state_dir)
+        except EnvironmentProblem as again:
+            raise EnvironmentProblem(f"writing failed ({exc}) and so did rolling back: {again.message}") from None
+        raise EnvironmentProblem(f"writing failed, everything was put back: {exc}") from None
+
+
+def _commit(state_dir: Path, writes: list[Write]) -> None:
     counter = _Counter()
     journal = state_dir / JOURNAL
     journal.mkdir(parents=True, exist_ok=True)

@@ -203,3 +203,23 @@ def test_apply_all_runs_apply_and_reports_missing_dependencies(cookbook, site, t
     )
     assert r.returncode == 3
     assert "-m pip install 'unidiff>=0.7'" in r.stderr
+
+
+def test_a_write_that_fails_midway_is_rolled_back_at_once(cookbook, site, monkeypatch):
+    three_fixes(cookbook)
+    before = targets(site)
+    real_replace = os.replace
+    calls = []
+
+    def failing_replace(src, dst):  # the third target replace hits a full disk
+        calls.append(dst)
+        if len(calls) == 6:
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(EnvironmentProblem, match="everything was put back"):
+        operations.apply(Catalog.load(cookbook.root), "v0.26.0", (), site.path)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert targets(site) == before
+    assert not (site.path / ".fixpack").exists()
