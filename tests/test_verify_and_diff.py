@@ -168,3 +168,12 @@ def test_diff_usage_errors(cookbook):
     assert cli("diff").exit_code == 2
     r = cli("diff", "runer-a")
     assert r.exit_code == 2 and "did you mean 'runner-a'" in r.stderr
+
+
+def test_lock_refuses_a_change_that_no_longer_applies(cookbook):
+    good_pack(cookbook)
+    before = (cookbook.root / "fixes/runner-a/v0.26.0.lock.json").read_text()
+    (cookbook.sources["vllm-gaudi"] / "vllm_gaudi/runner.py").write_text(RUNNER.replace("return 5\n", "return 6\n"))
+    r = cli("lock", *sources_args(cookbook))
+    assert r.exit_code == 1 and "runner-a" in r.stderr and "hunk #1" in r.stderr
+    assert (cookbook.root / "fixes/runner-a/v0.26.0.lock.json").read_text() == before
