@@ -19,8 +19,7 @@ from urllib.parse import unquote, urlparse
 from . import commits
 from .commits import Commit
 from .errors import EnvironmentProblem
-
-STATE_DIR_NAME = ".fixpack"
+from .layout import STATE_DIR_NAME
 
 
 def canonical(name: str) -> str:

@@ -20,14 +20,10 @@ import os
 import sys
 from typing import Any
 
+from .fingerprint import sha256
+from .layout import JOURNAL, MANIFEST, STATE_DIR_NAME
+
 FORMAT = 1
-STATE_DIR_NAME = ".fixpack"  # as environment.STATE_DIR_NAME
-MANIFEST = "manifest.json"  # as manifest.FILE_NAME
-JOURNAL = "journal"  # as transaction.JOURNAL
-
-
-def _sha(content: bytes | None) -> str | None:
-    return None if content is None else hashlib.sha256(content).hexdigest()
 
 
 def _read(path: str) -> bytes | None:
@@ -127,7 +123,7 @@ def _dists_hold(stamp: dict, site: str | None) -> bool:
                 break
         if first is None or len(first) != 1 or os.path.abspath(first[0]) != dist["dist_info"]:
             return False
-        if any(_sha(_read(path)) != digest for path, digest in dist["files"].items()):
+        if any(sha256(_read(path)) != digest for path, digest in dist["files"].items()):
             return False
     return True
 
@@ -172,7 +168,7 @@ def try_warm(argv: list[str], engine: str) -> int | None:
         if key != stamp.get("key") or not _dists_hold(stamp, site):
             return None
         for path, digest in stamp["targets"].items():
-            if _sha(_read(path)) != digest:
+            if sha256(_read(path)) != digest:
                 return None
     finally:
         os.close(fd)

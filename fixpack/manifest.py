@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 FORMAT = 1
-FILE_NAME = "manifest.json"
-PRISTINE_DIR = "pristine"  # a copy of each patched file as the release had it, by repository path
 
 
 @dataclass(frozen=True)

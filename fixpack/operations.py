@@ -16,7 +16,8 @@ from .compose import Base, ChangeFailed
 from .environment import Distribution, Environment
 from .errors import FixpackError, Refused, UsageError
 from .fingerprint import State, patch_digest, sha256
-from .manifest import FILE_NAME, PRISTINE_DIR, FileRecord, Manifest
+from .layout import MANIFEST, PRISTINE_DIR
+from .manifest import FileRecord, Manifest
 from .model import Change, Fix, Plan, Profile
 from .plan import resolve
 
@@ -106,11 +107,11 @@ def read_manifest(state_dir: Path, catalog: Catalog) -> Manifest:
     """The manifest, refusing one that names fixes this cookbook does not have (they could not be
     recognised or reverted without their changes)."""
     try:
-        manifest = Manifest.from_bytes((state_dir / FILE_NAME).read_bytes())
+        manifest = Manifest.from_bytes((state_dir / MANIFEST).read_bytes())
     except FileNotFoundError:
         return Manifest()
     except ValueError as exc:
-        raise UsageError(f"unreadable manifest {state_dir / FILE_NAME}: {exc}") from None
+        raise UsageError(f"unreadable manifest {state_dir / MANIFEST}: {exc}") from None
     unknown = [f for f in manifest.fixes if f not in catalog.fixes]
     if unknown:
         raise Refused(
@@ -413,8 +414,8 @@ def _writes(
             writes.append(transaction.Write(pristine_copy(state_dir, path), keep))
     if writes or not new_manifest.same_content(old_manifest):
         content = None if new_manifest.empty else new_manifest.to_bytes()
-        if content is not None or (state_dir / FILE_NAME).exists():
-            writes.append(transaction.Write(state_dir / FILE_NAME, content))
+        if content is not None or (state_dir / MANIFEST).exists():
+            writes.append(transaction.Write(state_dir / MANIFEST, content))
     return writes
 
 

@@ -24,8 +24,7 @@ from pathlib import Path
 
 from .errors import EnvironmentProblem
 from .fingerprint import sha256
-
-JOURNAL = "journal"
+from .layout import JOURNAL
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,7 @@
+"""Where fixpack keeps its state in an environment: one place for the names, shared by the full
+apply and the standard-library-only fast path of a re-run."""
+
+STATE_DIR_NAME = ".fixpack"  # beside the dist-info of the distributions it patches
+MANIFEST = "manifest.json"
+JOURNAL = "journal"
+PRISTINE_DIR = "pristine"  # a copy of each patched file as the release had it, by repository path
