@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from . import __version__, report
-from .catalog import Catalog
+from .catalog import REPO_ROOT, Catalog
 from .errors import FixpackError, UsageError
 from .plan import restrict
 
@@ -42,9 +42,13 @@ def _guard(fn: Callable[..., int | None]) -> Callable[..., None]:
     return wrapper
 
 
+def _cookbook() -> Path:
+    """The checkout whose fixes/ and profiles/ are used: FIXPACK_COOKBOOK, or the one fixpack is in."""
+    return Path(os.environ.get("FIXPACK_COOKBOOK") or REPO_ROOT)
+
+
 def _catalog() -> Catalog:
-    root = os.environ.get("FIXPACK_COOKBOOK")
-    return Catalog.load(Path(root)) if root else Catalog.load()
+    return Catalog.load(_cookbook())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -317,11 +321,11 @@ def lock(profile: str, sources: tuple[str, ...]) -> int:
 
     Refuses, naming the hunk, when a change no longer applies.
     """
-    from .catalog import REPO_ROOT, load_profile
+    from .catalog import load_profile
     from .lock import fingerprints, render_cst, write
 
     roots = _sources(sources)
-    root = Path(os.environ.get("FIXPACK_COOKBOOK") or REPO_ROOT)
+    root = _cookbook()
     prof_file = root / "profiles" / f"{profile}.toml"
     changed = render_cst(root, load_profile(prof_file), roots) if prof_file.exists() else []
     catalog = _catalog()
