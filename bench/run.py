@@ -363,7 +363,7 @@ def synth_cookbook(
 ) -> None:
     """Write ``shape``'s fixes as patches chained over the pristine ``src`` trees, then lock them."""
     sys.path.insert(0, str(tools.repo))
-    from fixpack.applicators.diff import render
+    from fixpack.core.patch import render
 
     slots: dict[str, int] = {}
     for _, _, files in shape:

@@ -16,7 +16,7 @@ if sys.version_info < (3, 11):
 
 def main() -> None:
     sys.path.insert(0, ROOT)
-    from fixpack.fastpath import try_warm  # standard library only
+    from fixpack.site.warm import try_warm  # standard library only
 
     if try_warm(sys.argv[1:], ROOT) == 0:  # already applied and unchanged: nothing else is imported
         sys.exit(0)

@@ -1,6 +1,9 @@
-"""The errors fixpack reports, each carrying the exit code of the contract."""
+"""The errors fixpack reports. Each carries the contract's exit code and, as fields, the fix and
+the path it is about, so that callers never parse a message."""
 
 from __future__ import annotations
+
+__all__ = ["DONE", "REFUSED", "USAGE", "ENVIRONMENT", "FixpackError", "Refused", "UsageError", "EnvironmentProblem"]
 
 DONE, REFUSED, USAGE, ENVIRONMENT = 0, 1, 2, 3
 
@@ -10,10 +13,15 @@ class FixpackError(Exception):
 
     exit_code = REFUSED
 
-    def __init__(self, message: str, *, details: str = "") -> None:
+    def __init__(self, message: str, *, fix_id: str | None = None, path: str | None = None, details: str = "") -> None:
         super().__init__(message)
         self.message = message
-        self.details = details  # optional extra text (a diff, a list), printed after the line
+        self.fix_id = fix_id  # the fix the failure is about, when there is one
+        self.path = path  # the file (repository path, or a path on disk) it is about
+        self.details = details  # extra text (a diff, a list), printed after the line
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class Refused(FixpackError):

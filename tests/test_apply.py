@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from builders import BATCH, GAUDI_COMMIT, RUNNER, SAMPLER, make_site
 from click.testing import CliRunner
-from conftest import BATCH, GAUDI_COMMIT, RUNNER, SAMPLER, make_site
 
 from fixpack.cli import main
 

@@ -11,8 +11,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from builders import SAMPLER
 from click.testing import CliRunner
-from conftest import SAMPLER
 
 from fixpack.cli import main
 

@@ -8,11 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from builders import SAMPLER, make_site
 from click.testing import CliRunner
-from conftest import SAMPLER, make_site
 
-from fixpack import commits
 from fixpack.cli import main
+from fixpack.site import commits
 
 
 def test_version_py_and_local_label_and_direct_url(tmp_path: Path):

@@ -7,9 +7,8 @@ import sys
 import textwrap
 
 import pytest
-from conftest import REPO
+from builders import REPO
 
-from fixpack.applicators import diff
 from fixpack.applicators.cst import (
     CstFailed,
     Transform,
@@ -23,6 +22,7 @@ from fixpack.applicators.cst import (
     replace_expr,
     replace_statement,
 )
+from fixpack.core import patch as diff
 
 SOURCE = textwrap.dedent(
     '''\
@@ -146,7 +146,7 @@ def test_ambiguous_definitions_and_statements():
 
 
 def test_libcst_is_not_imported_by_the_engine():
-    code = "import sys, fixpack.cli, fixpack.operations, fixpack.applicators.cst; print('libcst' in sys.modules)"
+    code = "import sys, fixpack.cli, fixpack.commands.apply, fixpack.applicators.cst; print('libcst' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -166,12 +166,13 @@ def test_render_transforms_to_a_diff_that_applies(tmp_path):
         TRANSFORMS = [Transform(path="vllm_gaudi/runner.py", edits=[replace_body("helper", "return 2")])]
         """,
     )
-    patch = render_transforms(tmp_path / "fix", "v0.26.0", lambda path: SOURCE.encode())
+    patch = render_transforms(load_transforms(tmp_path / "fix" / "v0.26.0_cst.py"), lambda path: SOURCE.encode())
     assert patch.startswith("diff --git a/vllm_gaudi/runner.py b/vllm_gaudi/runner.py\n")
     (fd,) = diff.split_files(patch)
     assert diff.apply(fd, SOURCE.encode()) == SOURCE.replace("return 1", "return 2").encode()
     with pytest.raises(CstFailed, match="changes nothing"):
-        render_transforms(tmp_path / "fix", "v0.26.0", lambda path: SOURCE.replace("return 1", "return 2").encode())
+        transforms = load_transforms(tmp_path / "fix" / "v0.26.0_cst.py")
+        render_transforms(transforms, lambda path: SOURCE.replace("return 1", "return 2").encode())
 
 
 def test_render_transforms_refuses_an_absent_file(tmp_path):
@@ -183,7 +184,7 @@ def test_render_transforms_refuses_an_absent_file(tmp_path):
         """,
     )
     with pytest.raises(CstFailed, match="the file is absent"):
-        render_transforms(tmp_path / "fix", "v0.26.0", lambda path: None)
+        render_transforms(load_transforms(tmp_path / "fix" / "v0.26.0_cst.py"), lambda path: None)
 
 
 @pytest.mark.parametrize(

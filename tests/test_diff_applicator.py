@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from fixpack.applicators import diff
+from fixpack.core import patch as diff
 
 
 def _random_edit(rng: random.Random, lines: list[str]) -> list[str]:

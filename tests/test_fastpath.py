@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from conftest import REPO
+from builders import REPO
 from test_transaction import three_fixes
 
 SCRIPT = REPO / "fixes" / "apply_all.py"

@@ -1,7 +1,7 @@
 import textwrap
 
+from builders import RUNNER
 from click.testing import CliRunner
-from conftest import RUNNER
 
 from fixpack.cli import main
 

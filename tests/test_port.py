@@ -7,13 +7,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from builders import BATCH, PRISTINE, RUNNER, SAMPLER, make_site
 from click.testing import CliRunner
-from conftest import BATCH, PRISTINE, RUNNER, SAMPLER, make_site
 
-import fixpack.cli_authoring  # noqa: F401 - registers record and port
-from fixpack.applicators.cst import render_transforms
-from fixpack.catalog import Catalog
+from fixpack.applicators.cst import load_transforms, render_transforms
 from fixpack.cli import main
+from fixpack.cookbook.catalog import Catalog
 
 EXECUTOR = PRISTINE["vllm"]["vllm/executor.py"]
 BATCH_FIXED = BATCH.replace("self.rows[a], self.rows[b] = self.rows[b], self.rows[a]", "self.rows.swap(a, b)")
@@ -70,7 +69,7 @@ def cst_fix(cookbook, fix_id: str, body: str) -> None:
     )
     (d / "v0.26.0_cst.py").write_text(textwrap.dedent(body))
     read = lambda path: (cookbook.sources["vllm-gaudi"] / path).read_bytes()  # noqa: E731
-    (d / "v0.26.0.rendered.patch").write_text(render_transforms(d, "v0.26.0", read))
+    (d / "v0.26.0.rendered.patch").write_text(render_transforms(load_transforms(d / "v0.26.0_cst.py"), read))
 
 
 CST_F25 = """\

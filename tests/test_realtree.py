@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import GAUDI_COMMIT, REPO, write_dist
+from builders import GAUDI_COMMIT, REPO, write_dist
 
-from fixpack.catalog import Catalog
+from fixpack.cookbook.catalog import Catalog
 
 SRC_GAUDI = os.environ.get("FIXPACK_SRC_VLLM_GAUDI")
 SRC_VLLM = os.environ.get("FIXPACK_SRC_VLLM")

@@ -7,12 +7,11 @@ import shutil
 import subprocess
 
 import pytest
+from builders import BATCH, PRISTINE, RUNNER, SAMPLER, make_site
 from click.testing import CliRunner
-from conftest import BATCH, PRISTINE, RUNNER, SAMPLER, make_site
 
-import fixpack.cli_authoring  # noqa: F401 - registers record and port
-from fixpack.catalog import Catalog
 from fixpack.cli import main
+from fixpack.cookbook.catalog import Catalog
 
 
 def cli(*args: str):

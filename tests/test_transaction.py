@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BATCH, REPO, RUNNER, SAMPLER, make_site, run_cli
+from builders import BATCH, REPO, RUNNER, SAMPLER, make_site, run_cli
 
-from fixpack import operations
-from fixpack.catalog import Catalog
+from fixpack.commands import apply as operations
+from fixpack.cookbook.catalog import Catalog
 from fixpack.errors import EnvironmentProblem
 
 

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from builders import BATCH, GAUDI_COMMIT, RUNNER, SAMPLER, make_site
 from click.testing import CliRunner
-from conftest import BATCH, GAUDI_COMMIT, RUNNER, SAMPLER, make_site
 
 from fixpack.cli import main
 

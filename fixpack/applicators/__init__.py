@@ -1,1 +1,1 @@
-"""Applicators turn a change into new file bytes: pure functions, bytes in and bytes out."""
+"""Kept for fix authors: ``fixpack.applicators.cst`` is the transforms API's first import path."""

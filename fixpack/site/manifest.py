@@ -1,4 +1,5 @@
-"""The manifest: what fixpack applied to an environment, kept in its state directory."""
+"""``manifest.json``: what fixpack applied to an environment, kept in its state directory; read and
+written here."""
 
 from __future__ import annotations
 
@@ -6,16 +7,11 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from ..models import FileRecord
+
+__all__ = ["FORMAT", "Manifest"]
+
 FORMAT = 1
-
-
-@dataclass(frozen=True)
-class FileRecord:
-    dist: str
-    pristine: str | None  # sha256 of the release's file; None if the plan created it
-    applied: str | None  # sha256 after the plan; None if the plan deleted it
-    fixes: tuple[str, ...]  # the fixes whose changes made it so, in order
-    patches: tuple[str, ...] = ()  # sha256 of each of those changes' patch text: a new cookbook shows
 
 
 @dataclass(frozen=True)

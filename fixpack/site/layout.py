@@ -1,5 +1,5 @@
-"""Where fixpack keeps its state in an environment: one place for the names, shared by the full
-apply and the standard-library-only fast path of a re-run."""
+"""Where fixpack keeps its state in an environment (the state directory): one place for the names,
+shared by the full apply and the standard-library-only warm path."""
 
 STATE_DIR_NAME = ".fixpack"  # beside the dist-info of the distributions it patches
 MANIFEST = "manifest.json"

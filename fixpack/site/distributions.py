@@ -8,23 +8,20 @@ checkout its URL names.
 
 from __future__ import annotations
 
-import base64
 import importlib.metadata as md
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from ..core.names import canonical
+from ..errors import EnvironmentProblem
 from . import commits
 from .commits import Commit
-from .errors import EnvironmentProblem
 from .layout import STATE_DIR_NAME
+from .record import read_record
 
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
+__all__ = ["Distribution", "Environment"]
 
 @dataclass
 class Distribution:
@@ -46,18 +43,13 @@ class Distribution:
 
     def record_hash(self, path: str) -> str | None:
         """sha256 (hex) that pip's RECORD gives for ``path``, if it lists one."""
+        return self.record_hashes().get(path)
+
+    def record_hashes(self) -> dict[str, str]:
+        """path -> sha256 (hex) of every file RECORD lists with a hash."""
         if self._record is None:
-            self._record = {}
-            try:
-                text = (self.dist_info / "RECORD").read_text(encoding="utf-8")
-            except OSError:
-                text = ""
-            for line in text.splitlines():
-                parts = line.rsplit(",", 2)
-                if len(parts) == 3 and parts[1].startswith("sha256="):
-                    digest = base64.urlsafe_b64decode(parts[1][7:] + "==").hex()
-                    self._record[parts[0]] = digest
-        return self._record.get(path)
+            self._record = {r.path: r.sha256 for r in read_record(self.dist_info) if r.sha256}
+        return self._record
 
 
 def _editable_root(dist: md.Distribution) -> Path | None:

@@ -13,8 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .errors import EnvironmentProblem, UsageError
-from .model import Profile
+from ..errors import EnvironmentProblem, UsageError
+from ..models import Profile
 
 
 def _run(args: list[str], what: str, cwd: Path | None = None) -> None:

@@ -15,12 +15,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import compose, lock
-from .catalog import Catalog
-from .compose import ChangeFailed
-from .fingerprint import sha256
-from .model import Change, Fix, Profile
-from .proofkit import BUG_PRESENT, PASSED, Trees, run_proof
+from ..cookbook.catalog import Catalog
+from ..core import patch, rebuild
+from ..core.fingerprint import sha256
+from ..core.plan import chains
+from ..errors import FixpackError, Refused
+from ..models import Fix, Profile, ProofVerdict
+from ..proofkit import BUG_PRESENT, PASSED, Trees, run_proof
+from . import lock
+
+__all__ = ["FixVerdict", "verify_profile", "junit"]
 
 
 @dataclass
@@ -31,7 +35,7 @@ class FixVerdict:
     applies: bool = True
     compiles: bool = True
     reverts: bool = True
-    proof: str = "none"  # demonstrated | partial | none | failed
+    proof: ProofVerdict = ProofVerdict.NONE
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -80,14 +84,12 @@ def verify_profile(catalog: Catalog, profile: Profile, sources: dict[str, Path],
     # Fingerprints: what lock would write now must equal what is locked.
     try:
         fresh = lock.fingerprints(catalog, profile, sources)
-    except Exception as exc:  # noqa: BLE001 - a refusal names the fix; report it against that fix
+    except FixpackError as exc:  # a refusal names its fix: report it against that fix, else all
         fresh = {}
-        message = getattr(exc, "message", str(exc))
-        culprit = message.split(":", 1)[0]
         for v in verdicts.values():
-            if v.fix == culprit or culprit not in verdicts:
+            if v.fix == exc.fix_id or exc.fix_id not in verdicts:
                 v.applies = False
-                v.fail(f"does not apply: {message}")
+                v.fail(f"does not apply: {exc.message}")
     for fid, files in fresh.items():
         for change in catalog.fixes[fid].changes[profile.release]:
             if change.fingerprint is None:
@@ -124,33 +126,27 @@ def _apply_and_revert(
     catalog: Catalog, profile: Profile, roots: dict[str, Path], verdicts: dict[str, FixVerdict]
 ) -> None:
     """Apply the whole pack to the scratch tree, check it compiles and that reversing it is exact."""
-    chains: dict[str, list[Change]] = {}
-    for fid in profile.pack:
-        for change in catalog.fixes[fid].changes[profile.release]:
-            chains.setdefault(change.path, []).append(change)
-    for path, chain in chains.items():
+    for path, chain in chains((catalog.fixes[f] for f in profile.pack), profile.release).items():
         pin = profile.pin_for_path(path)
         assert pin is not None
         target = roots[pin.dist] / path
         pristine = target.read_bytes() if target.exists() else None
         try:
-            patched = compose.build(pristine, chain)
-        except ChangeFailed as exc:
-            verdicts[exc.change.fix_id].applies = False
-            verdicts[exc.change.fix_id].fail(f"does not apply: {exc.message}")
+            patched = rebuild.build(pristine, chain)
+        except Refused as exc:
+            verdicts[exc.fix_id or chain[0].fix_id].applies = False
+            verdicts[exc.fix_id or chain[0].fix_id].fail(f"does not apply: {exc.message}")
             continue
-        problem = compose.compile_error(path, patched)
+        problem = rebuild.compile_error(path, patched)
         if problem:
             for change in chain:
                 verdicts[change.fix_id].compiles = False
                 verdicts[change.fix_id].fail(f"does not compile: {problem}")
-        reverted = patched
         try:
-            for change in reversed(chain):
-                reverted = compose.diff.apply(compose.parsed(change).reversed(), reverted)
-        except compose.diff.HunkFailed as exc:
-            reverted = b"<" + str(exc).encode() + b">"
-        if sha256(reverted) != sha256(pristine):
+            reverts = sha256(rebuild.reverse(patched, chain)) == sha256(pristine)
+        except patch.HunkFailed:
+            reverts = False
+        if not reverts:
             for change in chain:
                 verdicts[change.fix_id].reverts = False
                 verdicts[change.fix_id].fail(f"{path}: reverting the pack does not give the pristine bytes")
@@ -163,15 +159,15 @@ def _apply_and_revert(
 
 def _judge_proof(fix: Fix, verdict: FixVerdict, runs: dict) -> None:
     if not fix.proof.script:
-        verdict.proof = "none"
+        verdict.proof = ProofVerdict.NONE
         if fix.proof.level != "none":
             verdict.fail("proof: fix.toml claims a proof but has no proof.py")
         return
     pristine, patched = runs[(fix.id, "pristine")].result(), runs[(fix.id, "patched")].result()
     if pristine.code == BUG_PRESENT and patched.code == PASSED:
-        verdict.proof = "partial" if fix.proof.level == "partial" else "demonstrated"
+        verdict.proof = ProofVerdict.PARTIAL if fix.proof.level == "partial" else ProofVerdict.DEMONSTRATED
         return
-    verdict.proof = "failed"
+    verdict.proof = ProofVerdict.FAILED
     if pristine.code != BUG_PRESENT:
         what = "passes" if pristine.code == PASSED else "errors"
         verdict.fail(f"proof {what} on the pristine tree (it must fail there): {_tail(pristine.output)}")

@@ -14,21 +14,24 @@ new fix holds only the edits on top, and its fingerprints are taken at the end o
 
 from __future__ import annotations
 
-import csv
 import subprocess
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import compose, lock, transaction
-from .applicators import diff
-from .catalog import FIX_ID, Catalog, load_fix
-from .environment import Distribution, Environment
-from .errors import Refused, UsageError
-from .fingerprint import State, of, sha256
-from .manifest import FileRecord, Manifest
-from .model import Change, Fingerprint, Profile
-from .operations import pack_chain, pristine_copy, read_manifest
+from ..cookbook.catalog import Catalog
+from ..cookbook.fix_module import FIX_ID, load_fix, skeleton
+from ..core import patch as diff
+from ..core import rebuild, recognise
+from ..core.fingerprint import of, sha256
+from ..core.plan import pack_chain
+from ..errors import Refused, UsageError
+from ..models import Change, FileRecord, FileState, Fingerprint, Profile
+from ..site.destination import InPlace
+from ..site.distributions import Distribution, Environment
+from ..site.manifest import Manifest
+from ..site.record import read_record
+from ..site.state import pristine_copy, read_manifest
+from . import lock
 
 
 @dataclass
@@ -62,11 +65,7 @@ def _walk(root: Path, package: str) -> set[str]:
 
 
 def _record_paths(dist: Distribution) -> list[str]:
-    try:
-        rows = list(csv.reader((dist.dist_info / "RECORD").read_text(encoding="utf-8").splitlines()))
-    except OSError:
-        return []
-    return [row[0] for row in rows if row and row[0].startswith(f"{dist.package}/")]
+    return [row.path for row in read_record(dist.dist_info) if row.path.startswith(f"{dist.package}/")]
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -124,9 +123,9 @@ def _fixpacks_own(path: str, current: bytes | None, rec: FileRecord | None, chai
     """The file is exactly as fixpack left it (per the manifest, or per the locked chain if it is gone)."""
     if rec is not None:
         return sha256(current) == rec.applied
-    if compose.pristine_hash(chain) is None:
+    if recognise.pristine_hash(chain) is None:
         return False
-    return compose.base_of(path, current, None, chain).state is State.APPLIED
+    return recognise.base_of(path, current, None, chain).state is FileState.APPLIED
 
 
 def _expected_pristine(dist: Distribution, path: str, rec: FileRecord | None, chain: list[Change]) -> str | None:
@@ -134,7 +133,7 @@ def _expected_pristine(dist: Distribution, path: str, rec: FileRecord | None, ch
         return rec.pristine
     if not dist.editable and dist.record_hash(path):
         return dist.record_hash(path)
-    return compose.pristine_hash(chain)
+    return recognise.pristine_hash(chain)
 
 
 def _edits(
@@ -147,7 +146,7 @@ def _edits(
             continue
         current = _read(dist, path)
         rec = manifest.files.get(path)
-        chain = pack_chain(catalog, profile, path)
+        chain = pack_chain(catalog.fixes, profile, path)
         if _fixpacks_own(path, current, rec, chain):
             continue
         listed = dist.record_hash(path) is not None
@@ -171,7 +170,7 @@ def _edits(
                 f"(sha256 {sha256(pristine) or 'absent'}, expected {want}): give the release's tree"
             )
         applied = [_change_of(catalog, manifest, fid, path) for fid in (rec.fixes if rec else ())]
-        base = compose.build(pristine, applied)
+        base = rebuild.build(pristine, applied)
         if base != current:
             edits.append(_Edit(path, pristine, base, current))
     return edits, unknown
@@ -187,7 +186,7 @@ def _change_of(catalog: Catalog, manifest: Manifest, fix_id: str, path: str) -> 
 
 def _fingerprint(catalog: Catalog, profile: Profile, edit: _Edit, patch: str) -> Fingerprint:
     """As ``fixpack lock`` will take it with the new fix at the end of the pack."""
-    before = compose.build(edit.pristine, pack_chain(catalog, profile, edit.path))
+    before = rebuild.build(edit.pristine, pack_chain(catalog.fixes, profile, edit.path))
     (fd,) = diff.split_files(patch)
     try:
         after = diff.apply(fd, before)
@@ -197,38 +196,6 @@ def _fingerprint(catalog: Catalog, profile: Profile, edit: _Edit, patch: str) ->
             details=exc.nearest,
         ) from None
     return Fingerprint(of(edit.pristine), of(before), of(after))
-
-
-def _skeleton(fix_id: str, release: str, on_top_of: list[str]) -> str:
-    text = textwrap.dedent(
-        f'''\
-        id = "{fix_id}"
-        title = "TODO: one line, as the upstream commit's subject"
-        why = """
-        TODO: what breaks and where (file, function), the mechanism, and what the change does.
-        """
-        requires = []
-        conflicts = []
-        opt_in = false
-        verified_on = "TODO"
-
-        [upstream]
-        status = "pending"
-        ref = ""
-        note = ""
-
-        [proof]
-        level = "none"
-        reason = "TODO: write proof.py and set level = \\"demonstrated\\", or say why there is none"
-
-        [release."{release}"]
-        patch = "{release}.patch"
-        '''
-    )
-    if not on_top_of:
-        return text
-    hint = f"# The diff was taken on top of {', '.join(on_top_of)} (fixpack had applied them): require what it needs.\n"
-    return text.replace("requires = []", hint + "requires = []", 1)
 
 
 def record(
@@ -247,10 +214,12 @@ def record(
     env = Environment.read({p.dist: p.package for p in profile.pins}, site)
     dists = {p.dist: env.get(p.dist) for p in profile.pins}
     notes = []
-    with transaction.locked(env.state_dir):
-        if transaction.recover(env.state_dir):
-            notes.append(f"recovered an interrupted transaction from {env.state_dir / transaction.JOURNAL}")
-        manifest = read_manifest(env.state_dir, catalog)
+    destination = InPlace(env.state_dir)
+    with destination.locked():
+        recovered = destination.recover()
+        if recovered:
+            notes.append(recovered)
+        manifest = read_manifest(env.state_dir, catalog.fixes, catalog.root)
     if manifest.release not in (None, profile.release):
         raise Refused(f"this environment has fixes of release {manifest.release} applied, not {profile.release}")
 
@@ -274,10 +243,10 @@ def record(
         dict.fromkeys(f for e in edits for f in (manifest.files[e.path].fixes if e.path in manifest.files else ()))
     )
     fix_dir.mkdir(parents=True)
-    (fix_dir / "fix.toml").write_text(_skeleton(fix_id, profile.release, on_top_of), encoding="utf-8")
+    (fix_dir / "fix.toml").write_text(skeleton(fix_id, profile.release, on_top_of), encoding="utf-8")
     (fix_dir / f"{profile.release}.patch").write_bytes("".join(patches.values()).encode(diff.ENC, diff.ERRORS))
     fix = load_fix(fix_dir)
     lock.write(Catalog({**catalog.fixes, fix_id: fix}, catalog.profiles, catalog.root), profile, {fix_id: prints})
-    files = [(c.path, *compose.line_counts(c)) for c in fix.changes[profile.release]]
+    files = [(c.path, *rebuild.line_counts(c)) for c in fix.changes[profile.release]]
     notes.append(f"add {fix_id!r} to the pack of profiles/{profile.name}.toml (its fingerprints assume the end)")
     return Recorded(fix_dir, files, on_top_of, notes)

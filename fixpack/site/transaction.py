@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import EnvironmentProblem
-from .fingerprint import sha256
+from ..core.fingerprint import sha256
+from ..errors import EnvironmentProblem
 from .layout import JOURNAL
 
 

@@ -1,22 +1,28 @@
-"""Resolves a profile and the opt-ins asked for into an ordered plan. Pure: no I/O."""
+"""Plans: a profile and the opt-ins asked for resolved into an ordered plan, the pack's chain of
+changes per file, and the fixes that depend on others. Pure: no I/O."""
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable, Mapping
 
-from .catalog import Catalog, suggest
-from .errors import UsageError
-from .model import Fix, Plan, PlannedChange, Profile
+from ..errors import UsageError
+from ..models import Change, Fix, Plan, PlannedChange, Profile
+from .names import suggest
+
+__all__ = ["resolve", "restrict", "pack_chain", "chains", "with_dependents"]
 
 
-def resolve(catalog: Catalog, profile: Profile, asked: tuple[str, ...] = (), keep: tuple[str, ...] = ()) -> Plan:
+def resolve(
+    fixes: Mapping[str, Fix], profile: Profile, asked: tuple[str, ...] = (), keep: tuple[str, ...] = ()
+) -> Plan:
     """The profile's default fixes, the opt-ins ``asked`` for, and (``keep``) fixes already applied.
 
     Fixes come in pack order, except that a fix's requirements come before it; requirements not
     asked for are pulled in and reported in ``Plan.pulled_in``.
     """
     for name in asked:
-        if name not in catalog.fixes:
+        if name not in fixes:
             raise UsageError(f"unknown fix {name!r}{suggest(name, list(profile.pack))}")
         if name not in profile.pack:
             raise UsageError(f"fix {name!r} is not part of profile {profile.name!r}")
@@ -27,16 +33,16 @@ def resolve(catalog: Catalog, profile: Profile, asked: tuple[str, ...] = (), kee
     todo = list(selected)
     while todo:
         fid = todo.pop()
-        for req in catalog.fixes[fid].requires:
+        for req in fixes[fid].requires:
             if req not in profile.pack:
                 raise UsageError(f"fix {fid!r} requires {req!r}, which profile {profile.name!r} does not have")
             if req not in selected:
                 selected[req] = fid
                 pulled_in[req] = fid
                 todo.append(req)
-    fixes = [catalog.fixes[f] for f in selected]
-    _refuse_conflicts(fixes)
-    ordered = _order(fixes, profile)
+    chosen = [fixes[f] for f in selected]
+    _refuse_conflicts(chosen)
+    ordered = _order(chosen, profile)
     changes = tuple(
         PlannedChange(change, profile.pin_for_path(change.path).dist)  # type: ignore[union-attr]
         for fix in ordered
@@ -84,3 +90,34 @@ def restrict(plan: Plan, fix_ids: set[str]) -> Plan:
     fixes = tuple(f for f in plan.fixes if f.id in keep)
     changes = tuple(pc for pc in plan.changes if pc.change.fix_id in keep)
     return Plan(plan.profile, fixes, {k: v for k, v in plan.pulled_in.items() if k in keep}, changes)
+
+
+def pack_chain(fixes: Mapping[str, Fix], profile: Profile, path: str) -> list[Change]:
+    """Every change the profile's pack makes to ``path``, in pack order."""
+    return [c for fid in profile.pack for c in fixes[fid].changes[profile.release] if c.path == path]
+
+
+def chains(fixes: Iterable[Fix], release: str) -> dict[str, list[Change]]:
+    """Each file's changes by the ``fixes`` (in the order given), by path in first-seen order."""
+    out: dict[str, list[Change]] = {}
+    for fix in fixes:
+        for change in fix.changes[release]:
+            out.setdefault(change.path, []).append(change)
+    return out
+
+
+def with_dependents(fixes: Mapping[str, Fix], removing: set[str], applied: tuple[str, ...]) -> dict[str, str | None]:
+    """``removing`` and every applied fix that requires one of them, directly or not: fix id -> the
+    fix being removed that it depends on (None for those asked for)."""
+    out: dict[str, str | None] = {fid: None for fid in removing}
+    changed = True
+    while changed:
+        changed = False
+        for fid in applied:
+            if fid in out:
+                continue
+            needs = [r for r in fixes[fid].requires if r in out]
+            if needs:
+                out[fid] = needs[0]
+                changed = True
+    return out

@@ -1,11 +1,81 @@
-"""The words of fixpack as frozen data: no I/O here."""
+"""The words of fixpack as frozen data and the closed sets of words it reports: no I/O here."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
+
+__all__ = [
+    "PROOF_LEVELS",
+    "UPSTREAM_STATUSES",
+    "Word",
+    "Action",
+    "FileState",
+    "ProofVerdict",
+    "PortOutcome",
+    "Fingerprint",
+    "Change",
+    "Upstream",
+    "Proof",
+    "Fix",
+    "Pin",
+    "Profile",
+    "FileRecord",
+    "PlannedChange",
+    "Plan",
+]
 
 PROOF_LEVELS = ("demonstrated", "partial", "none")
 UPSTREAM_STATUSES = ("pending", "submitted", "backport", "inappropriate", "upstream")
+
+
+class Word(str, enum.Enum):
+    """A word of the contract: compares, formats and serialises as its plain string."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class Action(Word):
+    """What apply or revert did (or would do) with one fix."""
+
+    APPLIED = "applied"
+    ALREADY_APPLIED = "already-applied"
+    WOULD_APPLY = "would-apply"
+    REFUSED = "refused"
+    REVERTED = "reverted"
+    WOULD_REVERT = "would-revert"
+
+
+class FileState(Word):
+    """What an installed file is with respect to the changes that edit it (DESIGN.md's states)."""
+
+    PRISTINE = "pristine"  # the release's bytes: changes can be applied
+    APPLIED = "applied"  # some changes are in it, exactly
+    DRIFTED = "drifted"  # neither: refuse, and show how it differs
+    MISSING = "missing"  # absent, and the change does not create it
+
+
+class ProofVerdict(Word):
+    DEMONSTRATED = "demonstrated"
+    PARTIAL = "partial"
+    NONE = "none"
+    FAILED = "failed"
+
+
+class PortOutcome(Word):
+    UNCHANGED = "unchanged"  # applies, from exactly the bytes it was locked against
+    OFFSET = "offset"  # its hunks apply to a changed file
+    CST = "cst"  # its libcst transform applies to a changed file
+    UPSTREAM = "upstream"  # the new tree already has its result
+    CONFLICT = "conflict"  # it does not apply, or the result does not compile
+
+    @property
+    def ported(self) -> bool:
+        return self in (PortOutcome.UNCHANGED, PortOutcome.OFFSET, PortOutcome.CST)
 
 
 @dataclass(frozen=True)
@@ -89,6 +159,17 @@ class Profile:
     def pin_for_path(self, path: str) -> Pin | None:
         top = path.split("/", 1)[0]
         return next((p for p in self.pins if p.package == top), None)
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """What the manifest records of one patched file."""
+
+    dist: str
+    pristine: str | None  # sha256 of the release's file; None if the plan created it
+    applied: str | None  # sha256 after the plan; None if the plan deleted it
+    fixes: tuple[str, ...]  # the fixes whose changes made it so, in order
+    patches: tuple[str, ...] = ()  # sha256 of each of those changes' patch text: a new cookbook shows
 
 
 @dataclass(frozen=True)

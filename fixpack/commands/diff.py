@@ -12,8 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import format_datetime
 
-from . import __version__
-from .model import Fix, Plan, Profile
+from .. import __version__
+from ..cookbook.catalog import Catalog
+from ..core.plan import resolve, restrict
+from ..errors import UsageError
+from ..models import Fix, Plan, Profile
+
+__all__ = ["Message", "messages", "unified", "mbox", "upstream_status", "export"]
 
 _STATUS = {
     "pending": "Pending",
@@ -94,3 +99,28 @@ def mbox(plan: Plan, profile: Profile, dist: str | None = None, author: str = ""
             + f"-- \nfixpack {__version__}\n\n"
         )
     return "".join(parts)
+
+
+def export(
+    catalog: Catalog, fixes: tuple[str, ...], profile_name: str | None, fmt: str, dist: str | None, author: str = ""
+) -> tuple[str, str]:
+    """The patch text, and the profile whose plan it follows (the first that has all ``fixes``
+    when none is named)."""
+    if not fixes and not profile_name:
+        raise UsageError("name fixes, or a --profile")
+    if profile_name:
+        profile = catalog.profile(profile_name)
+        plan = resolve(catalog.fixes, profile, fixes)
+    else:
+        for f in fixes:
+            catalog.fix(f)
+        holders = [p for p in catalog.profiles.values() if all(f in p.pack for f in fixes)]
+        if not holders:
+            raise UsageError("no profile has all of these fixes; give --profile")
+        profile = holders[0]
+        plan = resolve(catalog.fixes, profile, tuple(f for f in fixes if f in profile.opt_ins))
+        plan = restrict(plan, set(fixes))
+    if dist and dist not in {p.dist for p in profile.pins}:
+        raise UsageError(f"--dist {dist!r}: profile {profile.name} pins {', '.join(p.dist for p in profile.pins)}")
+    text = mbox(plan, profile, dist, author) if fmt == "mbox" else unified(plan, dist)
+    return text, profile.name

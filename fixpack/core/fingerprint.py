@@ -1,13 +1,15 @@
-"""Hashes of files, and the state each installed file is in with respect to a change."""
+"""Fingerprints: the sha256 of a file's bytes and of a change's patch text."""
 
 from __future__ import annotations
 
-import enum
 import functools
 import hashlib
 
+__all__ = ["sha256", "of", "patch_digest"]
+
 
 def sha256(content: bytes | None) -> str | None:
+    """The hash of a file, None for an absent one."""
     return None if content is None else hashlib.sha256(content).hexdigest()
 
 
@@ -20,10 +22,3 @@ def of(content: bytes | None) -> str:
 def patch_digest(patch: str) -> str:
     """sha256 of a change's patch text, recorded so that a changed cookbook is noticed."""
     return hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()
-
-
-class State(str, enum.Enum):
-    PRISTINE = "pristine"  # the hash before the change: it can be applied
-    APPLIED = "applied"  # the hash after it: nothing to do
-    DRIFTED = "drifted"  # neither: refuse, and show how it differs
-    MISSING = "missing"  # absent, and the change does not create it

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from .fingerprint import sha256
+from ..core.fingerprint import sha256
 from .layout import JOURNAL, MANIFEST, STATE_DIR_NAME
 
 FORMAT = 1
@@ -47,15 +47,47 @@ def _tree(h: Any, root: str) -> None:
             h.update(b"\0")
 
 
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fixpack/, whose code decides
+
+
 def request_key(
-    engine: str, cookbook: str, profile: str, asked: list[str], site: str | None, allow_unpinned: bool
+    cookbook: str | os.PathLike[str], profile: str, asked: list[str], site: object, allow_unpinned: bool
 ) -> str:
-    """The key of one request against one engine and cookbook."""
-    h = hashlib.sha256(json.dumps([FORMAT, profile, sorted(set(asked)), site, allow_unpinned]).encode())
-    for root in (os.path.join(engine, "fixpack"), os.path.join(cookbook, "fixes"), os.path.join(cookbook, "profiles")):
+    """The key of one request against this engine and one cookbook."""
+    site_s = os.path.abspath(site) if site is not None else None  # type: ignore[arg-type]
+    h = hashlib.sha256(json.dumps([FORMAT, profile, sorted(set(asked)), site_s, allow_unpinned]).encode())
+    cookbook = os.path.abspath(cookbook)
+    for root in (PACKAGE, os.path.join(cookbook, "fixes"), os.path.join(cookbook, "profiles")):
         h.update(root.encode() + b"\0")
         _tree(h, root)
     return h.hexdigest()
+
+
+def make_stamp(
+    key: str, dists: list[Any], state_dir: object, targets: dict[str, str | None], printed: tuple[str, str]
+) -> dict:
+    """The stamp ``apply`` records in the manifest for the all-applied state it leaves: ``dists``
+    (site Distributions) and ``targets`` (file -> hash) must hold for ``printed`` (stdout, stderr)
+    to be the answer again."""
+    dist_files = []
+    for d in dists:
+        files = [d.dist_info / "METADATA", d.dist_info / "direct_url.json", d.files_root / d.package / "_version.py"]
+        dist_files.append(
+            {
+                "name": d.name,
+                "dist_info": os.path.abspath(d.dist_info),
+                "files": {os.path.abspath(f): sha256(_read(str(f))) for f in files},
+            }
+        )
+    return {
+        "format": FORMAT,
+        "key": key,
+        "state_dir": os.path.abspath(state_dir),  # type: ignore[arg-type]
+        "dists": dist_files,
+        "targets": {os.path.abspath(t): h for t, h in targets.items()},
+        "stdout": printed[0],
+        "stderr": printed[1],
+    }
 
 
 def _normalize(name: str) -> str:
@@ -164,7 +196,7 @@ def try_warm(argv: list[str], engine: str) -> int | None:
         if os.path.exists(os.path.join(state_dir, JOURNAL)):
             return None
         cookbook = os.environ.get("FIXPACK_COOKBOOK") or engine
-        key = request_key(engine, os.path.abspath(cookbook), profile, asked, site, False)
+        key = request_key(cookbook, profile, asked, site, False)
         if key != stamp.get("key") or not _dists_hold(stamp, site):
             return None
         for path, digest in stamp["targets"].items():

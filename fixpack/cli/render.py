@@ -6,9 +6,29 @@ import json
 import sys
 from typing import Any, TextIO
 
-from .errors import FixpackError
-from .operations import Result, StatusResult
+from ..commands.results import Result, StatusResult
+from ..errors import FixpackError
+from ..models import Fix
 
+__all__ = [
+    "paint",
+    "human",
+    "notes",
+    "result",
+    "error",
+    "result_json",
+    "status_json",
+    "status_human",
+    "dump",
+    "printed",
+    "fix_json",
+    "show",
+    "verify_json",
+    "verify_human",
+    "port_human",
+]
+
+_NOT_APPLIED = "not applied: the plan was refused"
 _COLOURS = {
     "applied": "32",
     "would-apply": "36",
@@ -29,19 +49,24 @@ def paint(text: str, key: str, stream: TextIO) -> str:
 
 
 def _files(files: list[tuple[str, int, int]]) -> str:
-    return ", ".join(f"{path.rsplit('/', 1)[-1]} +{plus} -{minus}" for path, plus, minus in files)
+    return ", ".join(f"{path} +{plus} -{minus}" for path, plus, minus in files)
 
 
 def human(result: Result, out: TextIO | None = None, err: TextIO | None = None) -> None:
     out, err = out or sys.stdout, err or sys.stderr
     notes(result.notes, err)
-    width = max((len(f.id) for f in result.fixes), default=0)
-    for fix in result.fixes:
+    shown = result.fixes
+    if result.error is not None:  # the refusal is said once, with its reason; the rest only counted
+        shown = [f for f in result.fixes if f.reason != _NOT_APPLIED]
+    width = max((len(f.id) for f in shown), default=0)
+    for fix in shown:
         action = paint(f"{fix.action:<16}", fix.action, out)
         tail = fix.reason or _files(fix.files)
         if fix.pulled_in_by:
             tail = f"{tail} (required by {fix.pulled_in_by})".strip()
         print(f"  {action} {fix.id:<{width}}  {tail}".rstrip(), file=out)
+    if len(shown) < len(result.fixes):
+        print(f"  ({len(result.fixes) - len(shown)} other fixes not applied: the plan was refused)", file=out)
     counts: dict[str, int] = {}
     for fix in result.fixes:
         counts[fix.action] = counts.get(fix.action, 0) + 1
@@ -128,3 +153,77 @@ def status_human(st: StatusResult, out: TextIO | None = None) -> None:
 
 def dump(data: Any) -> None:
     print(json.dumps(data, indent=2), file=sys.stdout)
+
+
+def printed(res: Result) -> tuple[str, str]:
+    """What ``human`` prints for a result: (stdout, stderr), for the warm path to print again."""
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    human(res, out, err)
+    return out.getvalue(), err.getvalue()
+
+
+def fix_json(f: Fix) -> dict[str, Any]:
+    return {
+        "id": f.id,
+        "title": f.title,
+        "opt_in": f.opt_in,
+        "requires": list(f.requires),
+        "releases": list(f.releases),
+    }
+
+
+def show(f: Fix) -> None:
+    print(f"{f.id}: {f.title}")
+    requires, conflicts = ", ".join(f.requires) or "nothing", ", ".join(f.conflicts) or "nothing"
+    print(f"opt-in: {'yes' if f.opt_in else 'no'}; requires: {requires}; conflicts: {conflicts}")
+    print(f"upstream: {f.upstream.status}{' ' + f.upstream.ref if f.upstream.ref else ''}")
+    if f.upstream.note:
+        print(f"  {f.upstream.note}")
+    print(f"proof: {f.proof.level}{' (' + f.proof.reason + ')' if f.proof.reason else ''}")
+    if f.verified_on:
+        print(f"verified on: {f.verified_on}")
+    print()
+    print(f.why)
+    for release, changes in f.changes.items():
+        print()
+        for c in changes:
+            locked = "locked" if c.fingerprint else "NOT LOCKED (run fixpack lock)"
+            print(f"{release}: {c.path} ({locked})")
+
+
+def verify_json(verdicts: list[Any]) -> dict[str, Any]:
+    keys = ("fix", "release", "profile", "applies", "compiles", "reverts", "proof", "failures")
+    return {"ok": all(v.ok for v in verdicts), "results": [{k: getattr(v, k) for k in keys} for v in verdicts]}
+
+
+def _yn(flag: bool) -> str:
+    return "yes" if flag else "NO"
+
+
+def verify_human(verdicts: list[Any]) -> None:
+    for v in verdicts:
+        mark = paint("ok  " if v.ok else "FAIL", "applied" if v.ok else "refused", sys.stdout)
+        checks = f"applies={_yn(v.applies)} compiles={_yn(v.compiles)} reverts={_yn(v.reverts)} proof={v.proof}"
+        print(f"{mark} {v.profile:<10} {v.fix:<24} {checks}")
+        for failure in v.failures:
+            print(f"       {failure}")
+    failed = sum(1 for v in verdicts if not v.ok)
+    print(f"fixpack verify: {len(verdicts) - failed} passed, {failed} failed")
+
+
+def port_human(result: Any, from_release: str, write: str | None) -> None:
+    width = max((len(c.fix) for c in result.changes), default=0)
+    for c in result.changes:
+        print(f"  {c.outcome:<9}  {c.fix:<{width}}  {c.path}")
+        if c.detail:
+            print(f"      {c.detail}")
+        for block in (c.hunk, c.nearest):
+            if block:
+                print("\n".join(f"      | {line}" for line in block.splitlines()))
+    notes(result.notes)
+    for path in result.written:
+        print(f"  wrote {path}")
+    counts = ", ".join(f"{n} {o}" for o, n in result.counts().items())
+    print(f"fixpack port: {from_release} -> {write or 'the --source trees'}: {counts}")

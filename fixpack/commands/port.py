@@ -19,27 +19,33 @@ resolve the fixes left commented out.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import compose, lock
-from .applicators import cst, diff
-from .catalog import Catalog, rendered_patch_name
-from .errors import UsageError
-from .fingerprint import of
-from .model import Change, Fingerprint, Fix, Profile
+from ..cookbook.catalog import Catalog
+from ..cookbook.fix_module import release_table, rendered_patch_name, transforms_file
+from ..cookbook.profiles import draft_profile
+from ..core import patch as diff
+from ..core import rebuild
+from ..core.fingerprint import of
+from ..core.plan import chains as pack_chains
+from ..errors import UsageError
+from ..models import Change, Fingerprint, Fix, PortOutcome, Profile
+from . import lock
 
-OUTCOMES = ("unchanged", "offset", "cst", "upstream", "conflict")
-APPLIED = ("unchanged", "offset", "cst")
+if TYPE_CHECKING:  # libcst loads only when a transform runs
+    from ..transforms import Transform
+
+__all__ = ["ChangeReport", "PortReport", "port"]
 
 
 @dataclass
 class ChangeReport:
     fix: str
     path: str
-    outcome: str  # one of OUTCOMES
+    outcome: PortOutcome
     detail: str = ""
     hunk: str = ""  # the failing hunk, for a conflict
     nearest: str = ""  # where the file comes closest to it, as a small diff
@@ -67,7 +73,7 @@ class PortReport:
     notes: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
-        return {o: sum(1 for c in self.changes if c.outcome == o) for o in OUTCOMES}
+        return {o.value: sum(1 for c in self.changes if c.outcome == o) for o in PortOutcome}
 
     def fix_outcome(self, fix_id: str) -> str:
         """conflict if any change conflicts, upstream if all are upstream, else ported."""
@@ -130,35 +136,40 @@ def _added_present(fd: diff.FileDiff, content: bytes | None) -> bool:
     return bool(runs) and all(_contains(lines, r) for r in runs)
 
 
-def _try(change: Change, before: bytes | None, transform: cst.Transform | None) -> tuple[ChangeReport, bytes | None]:
+def _try(change: Change, before: bytes | None, transform: Transform | None) -> tuple[ChangeReport, bytes | None]:
     """One change on the bytes the chain has reached: its report and the bytes after it (``before`` if none)."""
     fix, path = change.fix_id, change.path
     locked = change.fingerprint is not None and of(before) == change.fingerprint.before
     if transform is not None:
+        from ..transforms import CstFailed
+
         try:
             after = transform.apply(before)
-        except cst.CstFailed as exc:
-            return ChangeReport(fix, path, "conflict", f"{exc.edit}: {exc.reason}"), before
+        except CstFailed as exc:
+            return ChangeReport(fix, path, PortOutcome.CONFLICT, f"{exc.edit}: {exc.reason}"), before
         if after == before:
-            return ChangeReport(fix, path, "upstream", "the transform changes nothing: the tree already has it"), before
-        report = ChangeReport(fix, path, "unchanged" if locked else "cst")
+            nothing = "the transform changes nothing: the tree already has it"
+            return ChangeReport(fix, path, PortOutcome.UPSTREAM, nothing), before
+        report = ChangeReport(fix, path, PortOutcome.UNCHANGED if locked else PortOutcome.CST)
     else:
-        fd = compose.parsed(change)
+        fd = rebuild.parsed(change)
         try:
             after = diff.apply(fd, before)
         except diff.HunkFailed as exc:
             if _upstream(fd, before):
-                return ChangeReport(fix, path, "upstream", "the new tree already has the patched lines"), before
+                there = "the new tree already has the patched lines"
+                return ChangeReport(fix, path, PortOutcome.UPSTREAM, there), before
             detail = str(exc)
             if _added_present(fd, before):
                 detail += "; but every added line is in the new tree: upstream in another form? check"
-            return ChangeReport(fix, path, "conflict", detail, _hunk_text(fd, exc.index), exc.nearest), before
-        report = ChangeReport(fix, path, "unchanged" if locked else "offset")
+            return ChangeReport(fix, path, PortOutcome.CONFLICT, detail, _hunk_text(fd, exc.index), exc.nearest), before
+        report = ChangeReport(fix, path, PortOutcome.UNCHANGED if locked else PortOutcome.OFFSET)
         if not locked and change.fingerprint is None:
             report.detail = "no fingerprints to compare with (run fixpack lock on the old release)"
-    problem = compose.compile_error(path, after)
-    if problem and compose.compile_error(path, before) is None:
-        return ChangeReport(fix, path, "conflict", f"applies, but the result does not compile: {problem}"), before
+    problem = rebuild.compile_error(path, after)
+    if problem and rebuild.compile_error(path, before) is None:
+        broken = f"applies, but the result does not compile: {problem}"
+        return ChangeReport(fix, path, PortOutcome.CONFLICT, broken), before
     report.patch = diff.render(path, before, after)
     return report, after
 
@@ -196,20 +207,20 @@ def port(
     profile, fixes = _selection(catalog, fix_ids, profile_name, from_release)
     if write == from_release:
         raise UsageError(f"--write {write}: that is the release the fixes are on")
-    chains: dict[str, list[Change]] = {}
-    transforms: dict[tuple[str, str], cst.Transform] = {}
+    transforms: dict[tuple[str, str], Transform] = {}
     for fix in fixes:
-        for path, t in cst.release_transforms(Path(fix.source), from_release).items():
-            transforms[(fix.id, path)] = t
-        for change in fix.changes[from_release]:
-            chains.setdefault(change.path, []).append(change)
+        spec = transforms_file(Path(fix.source), from_release)
+        if spec is not None:
+            from ..transforms import load_transforms
+
+            transforms.update({(fix.id, t.path): t for t in load_transforms(spec)})
     reports: list[ChangeReport] = []
-    for path, chain in chains.items():
+    for path, chain in pack_chains(fixes, from_release).items():
         pristine = lock.read_source(sources, profile, path)
         content = pristine
         for change in chain:
             report, after = _try(change, content, transforms.get((change.fix_id, path)))
-            if report.outcome in APPLIED:
+            if report.outcome.ported:
                 report.fingerprint = Fingerprint(of(pristine), of(content), of(after))
             content = after
             reports.append(report)
@@ -221,16 +232,6 @@ def port(
     return result
 
 
-def _append_release(release: str, cst_file: Path | None) -> str:
-    """The table fix.toml gains for ``release``; the file is appended to, never rewritten."""
-    patch = rendered_patch_name(release) if cst_file else f"{release}.patch"
-    lines = [f'\n[release."{release}"]\n']
-    if cst_file:  # the same transforms carried it; lock re-renders them for the new release
-        lines.append(f"transforms = {json.dumps(cst_file.name)}\n")
-    lines.append(f"patch = {json.dumps(patch)}\n")
-    return "".join(lines)
-
-
 def _write(
     catalog: Catalog, profile: Profile, fixes: list[Fix], result: PortReport, sources: dict[str, Path], release: str
 ) -> None:
@@ -240,15 +241,15 @@ def _write(
         if result.fix_outcome(fix.id) != "ported":
             continue
         fix_dir = Path(fix.source)
-        cst_file = cst.transforms_file(fix_dir, result.from_release)
+        cst_file = transforms_file(fix_dir, result.from_release)
         patch_file = fix_dir / (rendered_patch_name(release) if cst_file else f"{release}.patch")
-        patch_file.write_bytes("".join(r.patch for r in mine if r.outcome in APPLIED).encode(diff.ENC, diff.ERRORS))
+        patch_file.write_bytes("".join(r.patch for r in mine if r.outcome.ported).encode(diff.ENC, diff.ERRORS))
         result.written.append(patch_file)
         if release in fix.changes:
             result.notes.append(f"{fix.id}: fix.toml already has release {release}; only {patch_file.name} rewritten")
         else:
             with open(fix_dir / "fix.toml", "a", encoding="utf-8") as fh:
-                fh.write(_append_release(release, cst_file))
+                fh.write(release_table(release, cst_file))
             result.written.append(fix_dir / "fix.toml")
         if any(r.outcome == "upstream" for r in mine):
             result.notes.append(f"{fix.id}: some of its files are upstream already; {patch_file.name} leaves them out")
@@ -259,7 +260,11 @@ def _write(
     if target.exists():
         result.notes.append(f"{target} exists: no draft profile written")
         return
-    target.write_text(_draft_profile(profile, fixes, result, sources, release), encoding="utf-8")
+    kept = [f.id for f in fixes if result.fix_outcome(f.id) == "ported"]
+    left_out = {f.id: _why_not(result, f.id) for f in fixes if f.id not in kept}
+    commits = {pin.dist: _commit_of(sources.get(pin.dist)) for pin in profile.pins}
+    text = draft_profile(profile, release, result.from_release, kept, left_out, commits)
+    target.write_text(text, encoding="utf-8")
     result.written.append(target)
 
 
@@ -270,39 +275,9 @@ def _commit_of(tree: Path | None) -> str:
     return out.stdout.strip() if out.returncode == 0 else "TODO"
 
 
-def _draft_profile(
-    profile: Profile, fixes: list[Fix], result: PortReport, sources: dict[str, Path], release: str
-) -> str:
-    lines = [
-        f"# Draft written by `fixpack port --from {result.from_release} --write {release}`: set the pins'",
-        "# versions and commits, resolve the fixes commented out below (write their",
-        f'# [release."{release}"] changes), then run fixpack lock and fixpack verify on this profile.',
-        f'release = "{release}"',
-        f'description = """\nTODO. Ported from profile {profile.name}: {profile.description}\n"""',
-        "",
-        "pack = [",
-    ]
-    ported = []
-    for fix in fixes:
-        outcome = result.fix_outcome(fix.id)
-        if outcome == "ported":
-            ported.append(fix.id)
-            lines.append(f"    {json.dumps(fix.id)},")
-            continue
-        first = next(r for r in result.changes if r.fix == fix.id and r.outcome == outcome)
-        why = first.detail if first.detail.startswith(first.path) else f"{first.path}: {first.detail}"
-        lines.append(f"    # {json.dumps(fix.id)},  # {outcome}: {why.splitlines()[0]}")
-    lines.append("]")
-    lines.append(f"opt_ins = {json.dumps([f for f in profile.opt_ins if f in ported])}")
-    for pin in profile.pins:
-        commit = _commit_of(sources.get(pin.dist))
-        lines += [
-            "",
-            "[[pin]]",
-            f"dist = {json.dumps(pin.dist)}",
-            f"package = {json.dumps(pin.package)}",
-            'version = "TODO"',
-            f"commits = [{json.dumps(commit)}]"
-            + ("" if commit != "TODO" else f"  # {result.from_release} pinned {', '.join(pin.commits)}"),
-        ]
-    return "\n".join(lines) + "\n"
+def _why_not(result: PortReport, fix_id: str) -> str:
+    """The outcome that kept a fix out of the new release, and its first reason."""
+    outcome = result.fix_outcome(fix_id)
+    first = next(r for r in result.changes if r.fix == fix_id and r.outcome == outcome)
+    why = first.detail if first.detail.startswith(first.path) else f"{first.path}: {first.detail}"
+    return f"{outcome}: {why.splitlines()[0]}"

@@ -1,0 +1,70 @@
+"""The command line: click, a lazy command table, and rendering. Nothing outside this package
+imports click. Exit codes and JSON follow DESIGN.md's contract."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from .. import __version__
+
+__all__ = ["main", "run_apply_all"]
+
+# name -> "module:function": a command's module is imported only when that command runs.
+COMMANDS = {
+    "apply": "site_commands:apply",
+    "status": "site_commands:status",
+    "revert": "site_commands:revert",
+    "list": "site_commands:list_",
+    "show": "site_commands:show",
+    "verify": "maintainer:verify",
+    "diff": "maintainer:diff",
+    "lock": "maintainer:lock",
+    "build-site": "maintainer:build_site",
+    "record": "maintainer:record",
+    "port": "maintainer:port",
+}
+
+ENVIRONMENT_HELP = """\b
+Environment:
+  FIXPACK_SITE            default for --site
+  FIXPACK_COOKBOOK        use the fixes/ and profiles/ of another checkout
+  FIXPACK_SRC_VLLM_GAUDI  default --source vllm-gaudi=DIR (verify, lock)
+  FIXPACK_SRC_VLLM        default --source vllm=DIR (verify, lock)
+  FIXPACK_LOCK_TIMEOUT    seconds to wait for another fixpack's lock (default 300)
+  FIXPACK_NO_FAST_PATH    1: apply_all.py always runs the full apply
+"""
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, _, attr = COMMANDS[name].partition(":")
+        return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=ENVIRONMENT_HELP,
+)
+@click.version_option(__version__, prog_name="fixpack")
+def main() -> None:
+    """Apply verified source fixes to an installed vLLM and vllm-gaudi, all or nothing.
+
+    Exit codes: 0 done; 1 refused or failed (nothing changed); 2 usage (unknown fix or profile,
+    bad arguments, invalid fix module or profile); 3 environment (not installed, not writable,
+    lock not obtained, unrecoverable interrupted transaction).
+    """
+
+
+def run_apply_all(argv: list[str]) -> None:
+    """``fixes/apply_all.py ARGS``: the same as ``fixpack apply ARGS``."""
+    from .site_commands import apply
+
+    apply.main(args=argv, prog_name="apply_all.py")

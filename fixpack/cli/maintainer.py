@@ -1,0 +1,208 @@
+"""The maintainer's commands: verify, diff, lock, build-site, record and port."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import FixpackError, UsageError
+from . import render
+from .options import JSON, SITE, SOURCE, catalog, guard
+from .options import sources as parse_sources
+
+
+def _verify_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": False, "results": [], "error": exc.message}
+
+
+def _ok_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": False, "error": exc.message}
+
+
+PROFILE_HELP = "The release profile (default: the cookbook's only profile)."
+
+
+@click.command()
+@click.option("--profile", "profiles", multiple=True, metavar="NAME", help="Profiles to verify (default: all).")
+@SOURCE
+@JSON
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML report.")
+@click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Proofs run at once.")
+@SITE
+@guard(_verify_error)
+def verify(
+    profiles: tuple[str, ...], sources: tuple[str, ...], as_json: bool, junit: Path | None, jobs: int, site: Path | None
+) -> int:
+    """For CI: every fix of each profile applies to the pinned sources, compiles, reverts exactly,
+    and its proof fails on the pristine tree and passes on the patched one.
+
+    The --source trees are copied to a scratch folder and never touched. Exits 1 listing every failure.
+    """
+    from ..commands.verify import junit as junit_xml
+    from ..commands.verify import verify_profile
+
+    book = catalog()
+    chosen = [book.profile(p) for p in profiles] if profiles else list(book.profiles.values())
+    roots = parse_sources(sources)
+    for prof in chosen:
+        missing = [p.dist for p in prof.pins if p.dist not in roots]
+        if missing:
+            hint = " ".join(f"--source {d}=DIR" for d in missing)
+            raise UsageError(f"verify --profile {prof.name} needs the pristine trees: give {hint}")
+    verdicts = [v for prof in chosen for v in verify_profile(book, prof, roots, jobs=jobs)]
+    if junit:
+        junit.write_text(junit_xml(verdicts), encoding="utf-8")
+    if as_json:
+        render.dump(render.verify_json(verdicts))
+    else:
+        render.verify_human(verdicts)
+    return 0 if all(v.ok for v in verdicts) else 1
+
+
+@click.command()
+@click.argument("fixes", nargs=-1, metavar="[FIX ...]")
+@click.option("--profile", metavar="NAME", help="Export the plan that apply --profile NAME [FIX ...] resolves.")
+@click.option("--format", "fmt", type=click.Choice(["unified", "mbox"]), default="unified", show_default=True)
+@click.option("--dist", metavar="NAME", help="Only the changes to this distribution (e.g. vllm-gaudi).")
+@click.option("--author", default="", help="From: of mbox messages (default: fixpack <fixpack@localhost>).")
+@guard(_ok_error)
+def diff(fixes: tuple[str, ...], profile: str | None, fmt: str, dist: str | None, author: str) -> int:
+    """Fixes as patches for upstream: a unified diff, or an mbox that git am takes at the pinned commit."""
+    from ..commands.diff import export
+
+    text, chosen = export(catalog(), fixes, profile, fmt, dist, author)
+    if not profile:
+        render.notes([f"the fixes as profile {chosen} has them (give --profile to choose another)"])
+    sys.stdout.write(text)
+    return 0
+
+
+@click.command()
+@click.option("--profile", "profile", metavar="NAME", help=PROFILE_HELP)
+@SOURCE
+@guard(_ok_error)
+def lock(profile: str | None, sources: tuple[str, ...]) -> int:
+    """Refresh the fingerprints of a profile's fixes against pristine --source trees.
+
+    Refuses, naming the hunk, when a change no longer applies.
+    """
+    from ..commands.lock import lock as run
+    from ..cookbook import default_root
+
+    root = default_root()
+    prof, changed = run(root, profile, parse_sources(sources))
+    for path in changed:
+        print(f"locked {path.relative_to(root)}")
+    print(f"fixpack lock: profile {prof.name}: {len(changed)} fingerprint file(s) changed")
+    return 0
+
+
+@click.command("build-site")
+@click.argument("site", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--profile", metavar="NAME", help=PROFILE_HELP)
+@click.option(
+    "--vllm-gaudi",
+    "vllm_gaudi",
+    required=True,
+    metavar="CHECKOUT|URL",
+    help="A vllm-gaudi git repository to clone: a URL or a local checkout (never written).",
+)
+@click.option(
+    "--vllm-wheel",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="The vLLM wheel to install (default: pip download vllm==<pinned version>).",
+)
+@click.option("--ref", help="The vllm-gaudi ref to check out (default: the pinned commit).")
+@guard(_ok_error)
+def build_site(site: Path, profile: str | None, vllm_gaudi: str, vllm_wheel: Path | None, ref: str | None) -> int:
+    """Lay out SITE as the Gaudi image installs the release: vLLM's wheel and vllm-gaudi at its tag,
+    both pip-installed with --no-deps --target SITE."""
+    from ..commands.build_site import build
+
+    prof = catalog().default_profile(profile)
+    for line in build(prof, site, vllm_gaudi, vllm_wheel, ref):
+        print(f"fixpack: {line}")
+    print(f"fixpack build-site: {site} is ready; next: python3 fixes/apply_all.py --profile {prof.name} --site {site}")
+    return 0
+
+
+NEW_SOURCE = click.option(
+    "--source",
+    "sources",
+    multiple=True,
+    required=True,
+    metavar="DIST=DIR",
+    help="A tree of the new release in repository layout: vllm-gaudi=DIR (DIR/vllm_gaudi/...), vllm=DIR.",
+)
+
+
+@click.command()
+@click.argument("fix_id", metavar="NEW-ID")
+@click.option("--profile", "profile", metavar="NAME", help="The release profile the edits are on. " + PROFILE_HELP)
+@SOURCE
+@JSON
+@SITE
+@guard(_ok_error)
+def record(fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: bool, site: Path | None) -> int:
+    """Write fixes/NEW-ID/ from the hand edits of the installed files.
+
+    Edits are found through RECORD hashes (pip installs) or the checkout (editable installs); the
+    pristine bytes come from --source or the editable install's git HEAD. What fixpack applied
+    itself is left out: the new fix holds only the edits on top.
+    """
+    from ..commands.record import record as run
+
+    book = catalog()
+    done = run(book, fix_id, book.default_profile(profile).name, site, parse_sources(sources))
+    if as_json:
+        render.dump(
+            {
+                "ok": True,
+                "fix": fix_id,
+                "dir": str(done.fix_dir),
+                "files": [list(f) for f in done.files],
+                "on_top_of": done.on_top_of,
+                "notes": done.notes,
+            }
+        )
+        return 0
+    render.notes(done.notes)
+    for path, plus, minus in done.files:
+        print(f"  recorded  {path} +{plus} -{minus}")
+    print(f"fixpack record: wrote {done.fix_dir} (fill in the TODOs of fix.toml and write proof.py)")
+    return 0
+
+
+@click.command()
+@click.argument("fixes", nargs=-1, metavar="[FIX ...]")
+@click.option("--profile", metavar="NAME", help="Port every fix of this profile (opt-ins included), in pack order.")
+@click.option("--from", "from_release", required=True, metavar="RELEASE", help="The release the fixes are on.")
+@NEW_SOURCE
+@click.option("--write", "write", metavar="NEW-RELEASE", help="Write the ported changes and a draft profile.")
+@JSON
+@guard(_ok_error)
+def port(
+    fixes: tuple[str, ...],
+    profile: str | None,
+    from_release: str,
+    sources: tuple[str, ...],
+    write: str | None,
+    as_json: bool,
+) -> int:
+    """Try FIXes (or a profile's) on the --source trees of another release and report each change:
+    unchanged, offset, cst, upstream or conflict. Exits 0 once the report is made, conflicts or not.
+    """
+    from ..commands.port import port as run
+
+    if not fixes and not profile:
+        raise UsageError("give FIX ... or --profile NAME")
+    result = run(catalog(), fixes, profile, from_release, parse_sources(sources), write)
+    if as_json:
+        render.dump(result.to_json())
+        render.notes(result.notes)
+    else:
+        render.port_human(result, from_release, write)
+    return 0

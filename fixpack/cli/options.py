@@ -1,0 +1,82 @@
+"""What the commands share on the command line: options, the cookbook, and the guard that turns a
+fixpack error into one line (or the command's JSON error shape) and the contract's exit code."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..cookbook.catalog import Catalog
+from ..errors import FixpackError, UsageError
+from . import render
+
+__all__ = ["SITE", "JSON", "SOURCE", "SOURCE_ENV", "guard", "catalog", "sources"]
+
+SITE = click.option(
+    "--site",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="FIXPACK_SITE",
+    help="Look for vllm and vllm-gaudi only in DIR (a site-packages-like folder), not this interpreter's path. "
+    "Default: $FIXPACK_SITE.",
+)
+JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout (messages go to stderr).")
+SOURCE_ENV = {"vllm-gaudi": "FIXPACK_SRC_VLLM_GAUDI", "vllm": "FIXPACK_SRC_VLLM"}
+SOURCE = click.option(
+    "--source",
+    "sources",
+    multiple=True,
+    metavar="DIST=DIR",
+    help="An upstream tree in repository layout: vllm-gaudi=DIR (DIR/vllm_gaudi/...), vllm=DIR (DIR/vllm/...). "
+    "Default: $FIXPACK_SRC_VLLM_GAUDI and $FIXPACK_SRC_VLLM.",
+)
+
+ErrorShape = Callable[[FixpackError, dict[str, Any]], dict[str, Any]]
+
+
+def guard(error_json: ErrorShape) -> Callable[[Callable[..., int | None]], Callable[..., None]]:
+    """Run a command; a fixpack error becomes one line on stderr (and, with --json, the command's
+    own JSON error shape on stdout) and the contract's exit code."""
+
+    def decorate(fn: Callable[..., int | None]) -> Callable[..., None]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> None:
+            try:
+                code = fn(*args, **kwargs) or 0
+            except FixpackError as exc:
+                if kwargs.get("as_json"):
+                    render.dump(error_json(exc, kwargs))
+                render.error(exc)
+                code = exc.exit_code
+            sys.exit(code)
+
+        return wrapper
+
+    return decorate
+
+
+def catalog() -> Catalog:
+    return Catalog.load()
+
+
+def sources(values: tuple[str, ...]) -> dict[str, Path]:
+    """``--source DIST=DIR`` options; without any, the FIXPACK_SRC_* variables the tests use."""
+    named_by = "--source"
+    if not values:
+        values = tuple(f"{dist}={os.environ[var]}" for dist, var in SOURCE_ENV.items() if os.environ.get(var))
+        named_by = "FIXPACK_SRC_*"
+    out = {}
+    for value in values:
+        dist, sep, folder = value.partition("=")
+        if not sep or not dist or not folder:
+            raise UsageError(f"{named_by} {value!r}: expected DIST=DIR, e.g. vllm-gaudi=/src/vllm-gaudi")
+        path = Path(folder)
+        if not path.is_dir():
+            raise UsageError(f"{named_by} {value!r}: {folder} is not a directory", path=folder)
+        out[dist] = path
+    return out

@@ -1,0 +1,114 @@
+"""The commands on an installed site: apply, status, revert, and the catalog's list and show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import FixpackError
+from . import render
+from .options import JSON, SITE, catalog, guard
+
+
+def _result_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": False, "profile": kwargs.get("profile"), "fixes": [], "error": exc.message, "notes": []}
+
+
+def _status_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"profile": kwargs.get("profile"), "distributions": [], "fixes": [], "notes": [], "error": exc.message}
+
+
+def _list_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"profile": kwargs.get("profile"), "fixes": [], "error": exc.message}
+
+
+@click.command()
+@click.option("--profile", "profile", required=True, metavar="NAME", help="The release profile, e.g. v0.26.0.")
+@click.argument("fixes", nargs=-1, metavar="[FIX ...]")
+@click.option("--dry-run", is_flag=True, help="Check and report; write nothing.")
+@JSON
+@click.option(
+    "--allow-unpinned",
+    is_flag=True,
+    help="Apply to a build whose commit the profile does not pin, if every fingerprint holds.",
+)
+@SITE
+@guard(_result_error)
+def apply(
+    profile: str, fixes: tuple[str, ...], dry_run: bool, as_json: bool, allow_unpinned: bool, site: Path | None
+) -> int:
+    """Apply a profile's fixes and the named opt-in FIXes, all or nothing.
+
+    Run again on a patched environment, it changes nothing and exits 0.
+    """
+    from ..commands.apply import apply as run
+
+    result = run(catalog(), profile, fixes, site, dry_run, allow_unpinned, render=render.printed)
+    render.result(result, as_json)
+    return result.exit_code
+
+
+@click.command()
+@click.option("--profile", metavar="NAME", help="Report every fix of this profile (default: what is applied).")
+@JSON
+@SITE
+@guard(_status_error)
+def status(profile: str | None, as_json: bool, site: Path | None) -> int:
+    """Show the installed distributions, their commits, and the state of each fix."""
+    from ..commands.status import status as run
+
+    st = run(catalog(), profile, site)
+    if as_json:
+        render.dump(render.status_json(st))
+    else:
+        render.status_human(st)
+    return 0
+
+
+@click.command()
+@click.argument("fixes", nargs=-1, metavar="[FIX ...]")
+@click.option("--dry-run", is_flag=True, help="Report what would be reverted; write nothing.")
+@JSON
+@SITE
+@guard(_result_error)
+def revert(fixes: tuple[str, ...], dry_run: bool, as_json: bool, site: Path | None) -> int:
+    """Revert the named FIXes and the fixes that require them (default: all), to the exact bytes."""
+    from ..commands.revert import revert as run
+
+    result = run(catalog(), fixes, site, dry_run=dry_run)
+    render.result(result, as_json)
+    return result.exit_code
+
+
+@click.command("list")
+@click.option("--profile", metavar="NAME", help="Only this profile's fixes, in pack order.")
+@JSON
+@SITE
+@guard(_list_error)
+def list_(profile: str | None, as_json: bool, site: Path | None) -> int:
+    """List the fixes (of one profile, in pack order)."""
+    book = catalog()
+    if profile:
+        fixes = [book.fixes[f] for f in book.profile(profile).pack]
+    else:
+        fixes = list(book.fixes.values())
+    if as_json:
+        render.dump({"profile": profile, "fixes": [render.fix_json(f) for f in fixes]})
+        return 0
+    width = max((len(f.id) for f in fixes), default=0)
+    for f in fixes:
+        flag = "opt-in " if f.opt_in else "       "
+        print(f"{f.id:<{width}}  {flag}{f.title}")
+    return 0
+
+
+@click.command()
+@click.argument("fix")
+@SITE
+@guard(_list_error)
+def show(fix: str, site: Path | None) -> int:
+    """Show one fix: what, why, requirements, upstream status, proof, and its changes."""
+    render.show(catalog().fix(fix))
+    return 0

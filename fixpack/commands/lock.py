@@ -1,0 +1,102 @@
+"""``fixpack lock``: fingerprint every change of a profile against pristine source trees.
+
+Walks the pack in order over each file, from the release's pristine bytes, and records for every
+change the pristine hash of its file and the hashes before and after it. Refuses, naming the hunk,
+when a change no longer applies.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..cookbook.catalog import Catalog
+from ..cookbook.fix_module import rendered_patch_name, transforms_file
+from ..cookbook.lockfile import write_lock
+from ..cookbook.profiles import load_profile
+from ..core import patch
+from ..core.fingerprint import of
+from ..core.plan import chains
+from ..core.rebuild import build, compile_error, failed
+from ..errors import Refused, UsageError
+from ..models import Change, Fingerprint, Profile
+
+__all__ = ["read_source", "fingerprints", "write", "render_cst", "lock"]
+
+
+def read_source(sources: dict[str, Path], profile: Profile, path: str) -> bytes | None:
+    pin = profile.pin_for_path(path)
+    if pin is None or pin.dist not in sources:
+        raise UsageError(f"{path}: no --source given for the distribution that holds it", path=path)
+    target = sources[pin.dist] / path
+    return target.read_bytes() if target.is_file() else None
+
+
+def fingerprints(catalog: Catalog, profile: Profile, sources: dict[str, Path]) -> dict[str, dict[str, Fingerprint]]:
+    """fix id -> path -> Fingerprint, over the whole pack (opt-ins included) in pack order."""
+    out: dict[str, dict[str, Fingerprint]] = {fid: {} for fid in profile.pack}
+    for path, chain in chains((catalog.fixes[f] for f in profile.pack), profile.release).items():
+        pristine = read_source(sources, profile, path)
+        content = pristine
+        for change in chain:
+            before = content
+            try:
+                content = build(before, [_unlocked(change)])
+            except Refused as exc:
+                raise failed(change, f"{change.fix_id}: {exc.message}", exc.details) from None
+            problem = compile_error(path, content)
+            if problem:
+                raise failed(change, f"{change.fix_id}: the result does not compile: {problem}")
+            out[change.fix_id][path] = Fingerprint(of(pristine), of(before), of(content))
+    return out
+
+
+def _unlocked(change: Change) -> Change:
+    return Change(change.fix_id, change.release, change.path, change.patch, None, change.creates, change.deletes)
+
+
+def write(catalog: Catalog, profile: Profile, prints: dict[str, dict[str, Fingerprint]]) -> list[Path]:
+    """Write ``<release>.lock.json`` beside each fix; returns the files that changed."""
+    written = (write_lock(Path(catalog.fixes[fid].source), profile.release, files) for fid, files in prints.items())
+    return [p for p in written if p is not None]
+
+
+def render_cst(root: Path, profile: Profile, sources: dict[str, Path]) -> list[Path]:
+    """Render each cst fix of the pack against the pristine trees into ``<release>.rendered.patch``.
+
+    Reads fix directories, not the catalog: the catalog needs the rendered patch to load a cst fix.
+    Returns the files that changed.
+    """
+    from ..transforms import CstFailed, load_transforms, render_transforms
+
+    changed = []
+    for fid in profile.pack:
+        fix_dir = root / "fixes" / fid
+        spec = transforms_file(fix_dir, profile.release)
+        if spec is None:
+            continue
+        try:
+            text = render_transforms(load_transforms(spec), lambda path: read_source(sources, profile, path))
+        except (CstFailed, ValueError) as exc:
+            raise Refused(f"{fid}: {exc}", fix_id=fid) from None
+        target = fix_dir / rendered_patch_name(profile.release)
+        content = text.encode(patch.ENC, patch.ERRORS)
+        if not target.exists() or target.read_bytes() != content:
+            target.write_bytes(content)
+            changed.append(target)
+    return changed
+
+
+def lock(root: Path, profile_name: str | None, sources: dict[str, Path]) -> tuple[Profile, list[Path]]:
+    """Render the profile's transforms, then fingerprint its pack; the profile and the files changed.
+    The catalog is loaded only once the transforms are rendered: it needs their rendered patches."""
+    if not profile_name:
+        names = sorted(p.stem for p in (root / "profiles").glob("*.toml"))
+        if len(names) != 1:
+            raise UsageError(f"give --profile NAME (this cookbook has: {', '.join(names) or 'none'})")
+        profile_name = names[0]
+    prof_file = root / "profiles" / f"{profile_name}.toml"
+    changed = render_cst(root, load_profile(prof_file), sources) if prof_file.exists() else []
+    catalog = Catalog.load(root)
+    profile = catalog.profile(profile_name)
+    changed += write(catalog, profile, fingerprints(catalog, profile, sources))
+    return profile, changed

@@ -1,0 +1,50 @@
+"""What the site commands return: data for the CLI to render, never printed here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import FixpackError
+from ..models import Action, FileState
+from ..site.distributions import Distribution
+from ..site.manifest import Manifest
+
+__all__ = ["FixResult", "Result", "StatusResult"]
+
+
+@dataclass
+class FixResult:
+    id: str
+    action: Action
+    reason: str | None = None
+    files: list[tuple[str, int, int]] = field(default_factory=list)  # path, lines added, removed
+    pulled_in_by: str | None = None
+
+
+@dataclass
+class Result:
+    """An apply or revert: one line per fix, notes worth a line (commits, recovery), and the error."""
+
+    command: str
+    profile: str | None
+    fixes: list[FixResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: FixpackError | None = None
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.error is None else self.error.exit_code
+
+
+@dataclass
+class StatusResult:
+    profile: str | None
+    distributions: list[Distribution]
+    fixes: list[tuple[str, FileState | str]]  # id, state ("partial" is a fix's state, not a file's)
+    notes: list[str] = field(default_factory=list)
+    manifest: Manifest | None = None

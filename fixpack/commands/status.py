@@ -1,0 +1,56 @@
+"""``fixpack status``: the installed distributions, their commits, and the state of each fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..cookbook.catalog import Catalog
+from ..models import FileState, Fix
+from ..site.destination import InPlace
+from ..site.distributions import Environment
+from ..site.manifest import Manifest
+from ..site.state import read_manifest
+from .results import StatusResult
+from .steps import InstalledFile, installed, recognise_files
+
+__all__ = ["status", "all_pins"]
+
+
+def all_pins(catalog: Catalog) -> dict[str, str]:
+    """Every distribution any profile pins: canonical name -> import package."""
+    return {p.dist: p.package for prof in catalog.profiles.values() for p in prof.pins}
+
+
+def _fix_state(fix: Fix, release: str, files: dict[str, InstalledFile]) -> FileState | str:
+    per_file = []
+    for change in fix.changes[release]:
+        base = files[change.path].base
+        if base.state in (FileState.DRIFTED, FileState.MISSING):
+            return base.state
+        per_file.append(fix.id in base.applied)
+    if all(per_file):
+        return FileState.APPLIED
+    return "partial" if any(per_file) else "pending"
+
+
+def status(catalog: Catalog, profile_name: str | None, site: Path | None) -> StatusResult:
+    env = Environment.read(all_pins(catalog), site)
+    notes: list[str] = []
+    manifest = Manifest()
+    if env.found:
+        destination = InPlace(env.state_dir)
+        with destination.locked():
+            recovered = destination.recover()
+            if recovered:
+                notes.append(recovered)
+            manifest = read_manifest(destination.state_dir, catalog.fixes, catalog.root)
+    name = profile_name or manifest.profile
+    if name is None:
+        return StatusResult(None, list(env.found.values()), [], notes, manifest)
+    profile = catalog.profile(name)
+    _, dists = installed(profile, site)
+    fix_ids = list(profile.pack) if profile_name else list(manifest.fixes)
+    paths = list(dict.fromkeys(c.path for fid in fix_ids for c in catalog.fixes[fid].changes[profile.release]))
+    files = recognise_files(catalog.fixes, profile, dists, manifest, paths, env.state_dir)
+    fixes = [(fid, _fix_state(catalog.fixes[fid], profile.release, files)) for fid in fix_ids]
+    return StatusResult(profile.name, list(env.found.values()), fixes, notes, manifest)

@@ -1,0 +1,204 @@
+"""The steps the site commands (apply, status, revert) are recipes of: find what is installed,
+check its commits, recognise each file, rebuild the new contents, and turn them into a write set."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core import rebuild, recognise
+from ..core.fingerprint import patch_digest, sha256
+from ..core.plan import pack_chain
+from ..errors import Refused
+from ..models import Change, FileRecord, FileState, Fix, Plan, Profile
+from ..site import commits
+from ..site.destination import Write
+from ..site.distributions import Distribution, Environment
+from ..site.layout import MANIFEST
+from ..site.manifest import Manifest
+from ..site.state import pristine_copy, read_file
+
+__all__ = [
+    "InstalledFile",
+    "installed",
+    "check_commits",
+    "recognise_files",
+    "refuse_drift",
+    "rebuild_files",
+    "write_set",
+    "nothing_changed",
+]
+
+Counts = dict[str, list[tuple[str, int, int]]]  # fix id -> (path, lines added, removed) per file
+
+
+@dataclass
+class InstalledFile:
+    """One file the plan touches, as it is installed, and what it was recognised as."""
+
+    path: str
+    dist: Distribution
+    current: bytes | None
+    base: recognise.Base
+    stored: bytes | None  # the pristine copy kept in the state directory, if any
+
+
+def installed(profile: Profile, site: Path | None) -> tuple[Environment, dict[str, Distribution]]:
+    """The environment and each pinned distribution in it (EnvironmentProblem if one is missing)."""
+    env = Environment.read({p.dist: p.package for p in profile.pins}, site)
+    return env, {p.dist: env.get(p.dist) for p in profile.pins}
+
+
+def check_commits(profile: Profile, dists: dict[str, Distribution], allow_unpinned: bool) -> list[str]:
+    """Refuse a known commit the profile does not accept; say where each commit came from."""
+    notes = []
+    for pin in profile.pins:
+        dist = dists[pin.dist]
+        if dist.version == pin.version:
+            version_ok = True  # the usual case, without importing packaging (start-up time)
+        else:
+            from packaging.version import InvalidVersion, Version
+
+            try:
+                version_ok = Version(dist.version).public == Version(pin.version).public
+            except InvalidVersion:
+                version_ok = False
+        commit = dist.commit
+        if commit.id is None:
+            notes.append(
+                f"{pin.dist} {dist.version}: commit could not be read ({commit.source}); file fingerprints decide"
+            )
+            ok = version_ok
+        else:
+            ok = version_ok and any(commits.matches(commit.id, c) for c in pin.commits)
+            notes.append(f"{pin.dist} {dist.version}: commit {commit.id} (from {commit.source})")
+        if not ok:
+            what = f"version {dist.version}" + (f", commit {commit.id}" if commit.id else "")
+            message = (
+                f"the image does not match profile {profile.name}: {pin.dist} is {what}; "
+                f"the profile pins {pin.version} at {', '.join(c[:12] for c in pin.commits)}"
+            )
+            if not allow_unpinned:
+                raise Refused(message + " (--allow-unpinned applies anyway if every fingerprint holds)")
+            notes.append(message + "; going on (--allow-unpinned): every fingerprint must hold")
+    return notes
+
+
+def recognise_files(
+    fixes: Mapping[str, Fix],
+    profile: Profile,
+    dists: dict[str, Distribution],
+    manifest: Manifest,
+    paths: list[str],
+    state_dir: Path,
+) -> dict[str, InstalledFile]:
+    """Read each file and recognise it against the pack's chain of changes to it."""
+    out = {}
+    for path in paths:
+        pin = profile.pin_for_path(path)
+        assert pin is not None  # the catalog checked every change's path against the pins
+        dist = dists[pin.dist]
+        current = read_file(dist.file(path))
+        stored = read_file(pristine_copy(state_dir, path))
+        chain = pack_chain(fixes, profile, path)
+        base = recognise.base_of(path, current, manifest.files.get(path), chain, stored)
+        out[path] = InstalledFile(path, dist, current, base, stored)
+    return out
+
+
+def _how_it_differs(f: InstalledFile, chain: list[Change], record: FileRecord | None) -> str:
+    """What fixpack left (rebuilt from the kept pristine copy) against what is there now; without a
+    copy, how the file looks through the first change's hunks."""
+    if record is not None and f.stored is not None and sha256(f.stored) == record.pristine:
+        recorded = [c for fid in record.fixes for c in chain if c.fix_id == fid]
+        try:
+            return recognise.explain_edit(f.path, rebuild.build(f.stored, recorded), f.current)
+        except Refused:
+            pass
+    return recognise.explain_drift(f.current, chain)
+
+
+def refuse_drift(files: dict[str, InstalledFile], plan: Plan, recorded: dict[str, FileRecord]) -> None:
+    """Refuse the plan, naming the first drifted or missing file (and counting the others)."""
+    problems = []
+    for path, f in files.items():
+        if f.base.state not in (FileState.DRIFTED, FileState.MISSING):
+            continue
+        chain = [pc.change for pc in plan.changes_for(path)]
+        owner = chain[0].fix_id if chain else (recorded[path].fixes[0] if path in recorded else None)
+        details = ""
+        if f.base.state is FileState.DRIFTED:
+            details = _how_it_differs(f, chain, recorded.get(path))
+            pip_hash = f.dist.record_hash(path)
+            if pip_hash is not None and pip_hash == sha256(f.current):
+                details = (details + "\n" if details else "") + (
+                    "the file is as pip installed it: this build differs from the pinned release"
+                )
+        message = f"{f.base.state.value}: {path} ({f.dist.name}, {f.dist.file(path)}): {f.base.problem}"
+        problems.append(Refused(message, fix_id=owner, path=path, details=details))
+    if problems:
+        first = problems[0]
+        if len(problems) > 1:
+            first.message += f" (and {len(problems) - 1} more: " + "; ".join(p.message for p in problems[1:]) + ")"
+        raise first
+
+
+def rebuild_files(
+    plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...]
+) -> tuple[dict[str, bytes | None], dict[str, FileRecord], Counts]:
+    """New content and manifest record of every file, for the fixes ``fix_ids`` of the plan.
+    Raises Refused for a change that does not apply or a result that does not compile."""
+    new: dict[str, bytes | None] = {}
+    records: dict[str, FileRecord] = {}
+    counts: Counts = {}
+    for path, f in files.items():
+        changes = [pc.change for pc in plan.changes_for(path) if pc.change.fix_id in fix_ids]
+        content = rebuild.build(f.base.pristine, changes)
+        # Without changes the file goes back to the release's bytes, recognised by their hash.
+        problem = rebuild.compile_error(path, content) if changes else None
+        if problem:
+            raise rebuild.failed(changes[-1], f"the result does not compile: {problem}")
+        new[path] = content
+        if changes:
+            records[path] = FileRecord(
+                f.dist.name,
+                sha256(f.base.pristine),
+                sha256(content),
+                tuple(c.fix_id for c in changes),
+                tuple(patch_digest(c.patch) for c in changes),
+            )
+        for c in changes:
+            counts.setdefault(c.fix_id, []).append((path, *rebuild.line_counts(c)))
+    return new, records, counts
+
+
+def write_set(
+    files: dict[str, InstalledFile],
+    new: dict[str, bytes | None],
+    new_manifest: Manifest,
+    old_manifest: Manifest,
+    state_dir: Path,
+) -> list[Write]:
+    """The writes that take the site from what it is to ``new``: targets, pristine copies, manifest."""
+    writes = [Write(f.dist.file(path), new[path]) for path, f in files.items() if new[path] != f.current]
+    for path, f in files.items():  # keep the release's bytes of every patched file, and only those
+        keep = f.base.pristine if path in new_manifest.files else None
+        if keep != f.stored:
+            writes.append(Write(pristine_copy(state_dir, path), keep))
+    if writes or not new_manifest.same_content(old_manifest):
+        content = None if new_manifest.empty else new_manifest.to_bytes()
+        if content is not None or (state_dir / MANIFEST).exists():
+            writes.append(Write(state_dir / MANIFEST, content))
+    return writes
+
+
+def nothing_changed(refused: Refused) -> Refused:
+    """The command's error for a refused plan: the fix first, and that nothing was written."""
+    who = f"{refused.fix_id}: " if refused.fix_id else ""
+    return Refused(
+        f"{who}{refused.message}; nothing was changed",
+        fix_id=refused.fix_id,
+        path=refused.path,
+        details=refused.details,
+    )

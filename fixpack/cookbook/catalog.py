@@ -1,0 +1,88 @@
+"""The catalog: every fix and profile of one cookbook checkout, loaded and validated against each
+other."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.names import suggest
+from ..errors import UsageError
+from ..models import Fix, Profile
+from . import default_root
+from .fix_module import load_fix
+from .profiles import load_profile
+from .tomlfile import invalid
+
+__all__ = ["Catalog"]
+
+
+@dataclass
+class Catalog:
+    """Every fix and profile of one cookbook checkout, validated against each other."""
+
+    fixes: dict[str, Fix]
+    profiles: dict[str, Profile]
+    root: Path
+
+    @classmethod
+    def load(cls, root: Path | None = None) -> Catalog:
+        root = default_root() if root is None else root
+        fixes_dir, profiles_dir = root / "fixes", root / "profiles"
+        if not fixes_dir.is_dir() and not profiles_dir.is_dir():
+            named = " (FIXPACK_COOKBOOK)" if os.environ.get("FIXPACK_COOKBOOK") else ""
+            raise UsageError(f"{root}{named} is not a cookbook: it has no fixes/ or profiles/ folder", path=str(root))
+        fixes = {}
+        if fixes_dir.is_dir():
+            for d in sorted(fixes_dir.iterdir()):
+                if (d / "fix.toml").exists():
+                    fix = load_fix(d)
+                    fixes[fix.id] = fix
+        profiles = {}
+        if profiles_dir.is_dir():
+            for p in sorted(profiles_dir.glob("*.toml")):
+                profiles[p.stem] = load_profile(p)
+        catalog = cls(fixes, profiles, root)
+        catalog._validate()
+        return catalog
+
+    def _validate(self) -> None:
+        for fix in self.fixes.values():
+            where = Path(fix.source) / "fix.toml"
+            for ref in fix.requires + fix.conflicts:
+                if ref not in self.fixes:
+                    raise invalid(where, f"names unknown fix {ref!r}{suggest(ref, list(self.fixes))}")
+        for profile in self.profiles.values():
+            where = self.root / "profiles" / f"{profile.name}.toml"
+            for fid in profile.pack:
+                if fid not in self.fixes:
+                    raise invalid(where, f"pack names unknown fix {fid!r}{suggest(fid, list(self.fixes))}")
+                fix = self.fixes[fid]
+                if profile.release not in fix.changes:
+                    raise invalid(where, f"fix {fid!r} has no changes for release {profile.release!r}")
+                if fix.opt_in and fid not in profile.opt_ins:
+                    raise invalid(where, f"fix {fid!r} is opt-in but not listed in opt_ins")
+                for change in fix.changes[profile.release]:
+                    if profile.pin_for_path(change.path) is None:
+                        raise invalid(where, f"fix {fid!r} edits {change.path}, which no pin's package holds")
+
+    def fix(self, fix_id: str) -> Fix:
+        if fix_id not in self.fixes:
+            raise UsageError(f"unknown fix {fix_id!r}{suggest(fix_id, list(self.fixes))}")
+        return self.fixes[fix_id]
+
+    def default_profile(self, name: str | None) -> Profile:
+        """``name``'s profile; without a name, the cookbook's only profile (a usage error when it has several)."""
+        if name:
+            return self.profile(name)
+        if len(self.profiles) == 1:
+            return next(iter(self.profiles.values()))
+        known = ", ".join(self.profiles) or "none"
+        raise UsageError(f"give --profile NAME (this cookbook has: {known})")
+
+    def profile(self, name: str) -> Profile:
+        if name not in self.profiles:
+            known = ", ".join(self.profiles) or "none"
+            raise UsageError(f"unknown profile {name!r}{suggest(name, list(self.profiles))}; known: {known}")
+        return self.profiles[name]

@@ -1,0 +1,150 @@
+"""``fixes/<id>/``: a fix module. ``fix.toml`` (what, why, where, against which release), one patch
+per release (or libcst transforms rendered into one), read into a :class:`Fix`; and the fix.toml
+text that ``record`` and ``port`` write."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+from ..core.patch import index
+from ..models import PROOF_LEVELS, UPSTREAM_STATUSES, Change, Fix, Proof, Upstream
+from . import tomlfile
+from .lockfile import lock_path, read_lock
+from .tomlfile import field, invalid, quote
+
+__all__ = [
+    "FIX_ID",
+    "load_fix",
+    "rendered_patch_name",
+    "transforms_file",
+    "skeleton",
+    "release_table",
+]
+
+FIX_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+def rendered_patch_name(release: str) -> str:
+    """Where ``fixpack lock`` writes the diff it renders from a release's cst transforms."""
+    return f"{release}.rendered.patch"
+
+
+def load_fix(fix_dir: Path) -> Fix:
+    where = fix_dir / "fix.toml"
+    data = tomlfile.read(where)
+    fix_id = field(data, "id", str, where)
+    if fix_id != fix_dir.name or not FIX_ID.match(fix_id):
+        raise invalid(where, f"id {fix_id!r} must be lower-case-with-dashes and equal the directory name")
+    upstream = field(data, "upstream", dict, where)
+    status = field(upstream, "status", str, where)
+    if status not in UPSTREAM_STATUSES:
+        raise invalid(where, f"upstream.status {status!r} is not one of {', '.join(UPSTREAM_STATUSES)}")
+    proof = field(data, "proof", dict, where)
+    level = field(proof, "level", str, where)
+    if level not in PROOF_LEVELS:
+        raise invalid(where, f"proof.level {level!r} is not one of {', '.join(PROOF_LEVELS)}")
+    reason = field(proof, "reason", str, where, "")
+    if level != "demonstrated" and not reason.strip():
+        raise invalid(where, f"proof.level {level!r} needs a proof.reason")
+    script = fix_dir / "proof.py"
+    if level != "none" and not script.exists():
+        raise invalid(where, f"proof.level {level!r} but {script.name} is missing")
+
+    changes: dict[str, tuple[Change, ...]] = {}
+    for release, spec in field(data, "release", dict, where).items():
+        if not isinstance(spec, dict):
+            raise invalid(where, f"release {release!r} must be a table")
+        transforms = field(spec, "transforms", str, where, "")
+        if transforms and not (fix_dir / transforms).is_file():
+            raise invalid(where, f"release {release!r}: {transforms} is missing")
+        patch_file = fix_dir / field(spec, "patch", str, where, rendered_patch_name(release) if transforms else ...)
+        if transforms and not patch_file.exists():
+            raise invalid(where, f"release {release!r}: fixpack lock renders {transforms} into {patch_file.name}")
+        try:
+            text = patch_file.read_bytes().decode("utf-8", "surrogateescape")
+        except OSError as exc:
+            raise invalid(where, f"release {release!r}: cannot read {patch_file.name} ({exc.strerror})") from None
+        try:
+            per_file = index(text)
+        except ValueError as exc:
+            raise invalid(patch_file, str(exc)) from None
+        if not per_file:
+            raise invalid(patch_file, "no file diffs in it")
+        prints = read_lock(lock_path(fix_dir, release))
+        changes[release] = tuple(
+            Change(
+                fix_id=fix_id,
+                release=release,
+                path=fd.path,
+                patch=fd.text,
+                fingerprint=prints.get(fd.path),
+                creates=fd.creates,
+                deletes=fd.deletes,
+            )
+            for fd in per_file
+        )
+    return Fix(
+        id=fix_id,
+        title=field(data, "title", str, where).strip(),
+        why=field(data, "why", str, where).strip(),
+        requires=tuple(field(data, "requires", list, where, [])),
+        conflicts=tuple(field(data, "conflicts", list, where, [])),
+        opt_in=field(data, "opt_in", bool, where, False),
+        upstream=Upstream(status, field(upstream, "ref", str, where, ""), field(upstream, "note", str, where, "")),
+        proof=Proof(level, reason, str(script) if script.exists() else None),
+        verified_on=field(data, "verified_on", str, where, ""),
+        changes=changes,
+        source=str(fix_dir),
+    )
+
+
+
+def transforms_file(fix_dir: Path, release: str) -> Path | None:
+    """The transforms file fix.toml names for ``release``, or None when that release is a plain patch."""
+    name = tomlfile.read(fix_dir / "fix.toml").get("release", {}).get(release, {}).get("transforms")
+    return None if name is None else fix_dir / name
+
+
+def skeleton(fix_id: str, release: str, on_top_of: list[str]) -> str:
+    text = textwrap.dedent(
+        f'''\
+        id = "{fix_id}"
+        title = "TODO: one line, as the upstream commit's subject"
+        why = """
+        TODO: what breaks and where (file, function), the mechanism, and what the change does.
+        """
+        requires = []
+        conflicts = []
+        opt_in = false
+        verified_on = "TODO"
+
+        [upstream]
+        status = "pending"
+        ref = ""
+        note = ""
+
+        [proof]
+        level = "none"
+        reason = "TODO: write proof.py and set level = \\"demonstrated\\", or say why there is none"
+
+        [release."{release}"]
+        patch = "{release}.patch"
+        '''
+    )
+    if not on_top_of:
+        return text
+    hint = f"# The diff was taken on top of {', '.join(on_top_of)} (fixpack had applied them): require what it needs.\n"
+    return text.replace("requires = []", hint + "requires = []", 1)
+
+
+def release_table(release: str, cst_file: Path | None) -> str:
+    """The table fix.toml gains for ``release``; the file is appended to, never rewritten."""
+    patch = rendered_patch_name(release) if cst_file else f"{release}.patch"
+    lines = [f'\n[release."{release}"]\n']
+    if cst_file:  # the same transforms carried it; lock re-renders them for the new release
+        lines.append(f"transforms = {quote(cst_file.name)}\n")
+    lines.append(f"patch = {quote(patch)}\n")
+    return "".join(lines)
+

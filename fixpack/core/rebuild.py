@@ -1,0 +1,91 @@
+"""Rebuilding a file: apply a chain of changes to the pristine bytes, checking the locked
+fingerprints, or reverse one. Pure: no I/O."""
+
+from __future__ import annotations
+
+import functools
+
+from ..errors import Refused
+from ..models import Change
+from . import patch
+from .fingerprint import of
+
+__all__ = ["parsed", "reverse", "locked_chain", "build", "compile_error", "line_counts"]
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_one(text: str) -> patch.FileDiff:
+    (fd,) = patch.split_files(text)
+    return fd
+
+
+def parsed(change: Change) -> patch.FileDiff:
+    return _parse_one(change.patch)
+
+
+def reverse(current: bytes | None, changes: list[Change]) -> bytes | None:
+    """Undo ``changes`` (applied in this order) from ``current``. Raises HunkFailed."""
+    content = current
+    for change in reversed(changes):
+        content = patch.apply(parsed(change).reversed(), content)
+    return content
+
+
+def failed(change: Change, message: str, details: str = "") -> Refused:
+    """The refusal for a change that does not apply or compile."""
+    return Refused(message, fix_id=change.fix_id, path=change.path, details=details)
+
+
+def locked_chain(pristine: bytes | None, changes: list[Change]) -> bool:
+    """Whether ``changes`` are a run of the locked chain starting at ``pristine``: each change's
+    locked before-hash is the after-hash of the one before it, the first's is ``pristine``'s."""
+    if not changes or pristine is None or any(c.fingerprint is None or c.creates or c.deletes for c in changes):
+        return False
+    if of(pristine) != changes[0].fingerprint.before:  # type: ignore[union-attr]
+        return False
+    return all(a.fingerprint.after == b.fingerprint.before for a, b in zip(changes, changes[1:]))  # type: ignore[union-attr]
+
+
+def build(pristine: bytes | None, changes: list[Change]) -> bytes | None:
+    """Apply ``changes`` in order to the pristine bytes, checking locked fingerprints that apply.
+
+    A run of the locked chain is applied in one pass over the file's lines and checked once, at
+    the end, against the last locked after-hash (the hashes in between follow: the same diffs on
+    the same bytes); on any mismatch the changes are applied one by one, for the exact message."""
+    if locked_chain(pristine, changes):
+        try:
+            content = patch.apply_chain([parsed(c) for c in changes], pristine)  # type: ignore[arg-type]
+        except patch.HunkFailed:
+            content = None
+        if content is not None and of(content) == changes[-1].fingerprint.after:  # type: ignore[union-attr]
+            return content
+    content = pristine
+    for change in changes:
+        before = of(content)
+        try:
+            content = patch.apply(parsed(change), content)
+        except patch.HunkFailed as exc:
+            raise failed(change, str(exc), exc.nearest) from None
+        fp = change.fingerprint
+        if fp is not None and before == fp.before and of(content) != fp.after:
+            raise failed(change, f"{change.path}: result does not match the locked after-hash (stale lock?)")
+    return content
+
+
+def compile_error(path: str, content: bytes | None) -> str | None:
+    """Why the new content of a Python file would not compile, or None. Always compiled, even
+    when locked: the image's Python may be another version than the one that ran the lock."""
+    if content is None or not path.endswith(".py"):
+        return None
+    try:
+        compile(content, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        return f"{path}{f':{line}' if line else ''}: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}"
+    return None
+
+
+def line_counts(change: Change) -> tuple[int, int]:
+    """Lines a change adds and removes."""
+    tags = [tag for hunk in parsed(change).hunks for tag, _ in hunk.lines]
+    return tags.count("+"), tags.count("-")
