@@ -9,7 +9,7 @@ DONE, REFUSED, USAGE, ENVIRONMENT = 0, 1, 2, 3
 
 
 class FixpackError(Exception):
-    """A failure to report in one line; ``exit_code`` follows DESIGN.md's contract."""
+    """A failure to report in one line; ``exit_code`` follows the README's exit codes."""
 
     exit_code = REFUSED
 

@@ -51,7 +51,7 @@ class Action(Word):
 
 
 class FileState(Word):
-    """What an installed file is with respect to the changes that edit it (DESIGN.md's states)."""
+    """What an installed file is with respect to the changes that edit it."""
 
     PRISTINE = "pristine"  # the release's bytes: changes can be applied
     APPLIED = "applied"  # some changes are in it, exactly

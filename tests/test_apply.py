@@ -5,13 +5,6 @@ from __future__ import annotations
 import json
 
 from builders import BATCH, GAUDI_COMMIT, RUNNER, SAMPLER, make_site
-from click.testing import CliRunner
-
-from fixpack.cli import main
-
-
-def cli(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 def two_fixes(cookbook) -> None:
@@ -21,7 +14,7 @@ def two_fixes(cookbook) -> None:
     cookbook.lock()
 
 
-def test_cold_apply_then_no_op(cookbook, site):
+def test_cold_apply_then_no_op(cli, cookbook, site):
     two_fixes(cookbook)
     r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path), "--json")
     assert r.exit_code == 0, r.stderr
@@ -36,7 +29,7 @@ def test_cold_apply_then_no_op(cookbook, site):
     assert site.snapshot() == before  # no file rewritten, not even touched
 
 
-def test_dry_run_writes_nothing(cookbook, site):
+def test_dry_run_writes_nothing(cli, cookbook, site):
     two_fixes(cookbook)
     before = site.snapshot()
     r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path), "--dry-run", "--json")
@@ -46,7 +39,7 @@ def test_dry_run_writes_nothing(cookbook, site):
     assert not (site.path / ".fixpack").exists()
 
 
-def test_drift_refuses_whole_plan(cookbook, site):
+def test_drift_refuses_whole_plan(cli, cookbook, site):
     two_fixes(cookbook)
     site.file("vllm_gaudi/runner.py").write_text(RUNNER.replace("return 3\n", "return 4\n"))
     before = site.snapshot()
@@ -59,7 +52,7 @@ def test_drift_refuses_whole_plan(cookbook, site):
     assert site.snapshot() == before  # the sampler fix was not applied either
 
 
-def test_commit_mismatch_refused_unless_allowed(cookbook, tmp_path):
+def test_commit_mismatch_refused_unless_allowed(cli, cookbook, tmp_path):
     two_fixes(cookbook)
     site = make_site(tmp_path, commits={"vllm": "1234567890abcdef", "vllm-gaudi": GAUDI_COMMIT})
     before = site.snapshot()
@@ -70,7 +63,7 @@ def test_commit_mismatch_refused_unless_allowed(cookbook, tmp_path):
     assert r.exit_code == 0, r.stderr
 
 
-def test_unknown_commit_decided_by_fingerprints(cookbook, tmp_path):
+def test_unknown_commit_decided_by_fingerprints(cli, cookbook, tmp_path):
     two_fixes(cookbook)
     site = make_site(tmp_path, commits={"vllm": None, "vllm-gaudi": GAUDI_COMMIT})
     r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
@@ -78,7 +71,7 @@ def test_unknown_commit_decided_by_fingerprints(cookbook, tmp_path):
     assert "commit could not be read" in r.stderr
 
 
-def test_abbreviated_commit_from_version_py_matches(cookbook, site):
+def test_abbreviated_commit_from_version_py_matches(cli, cookbook, site):
     two_fixes(cookbook)
     r = cli("status", "--site", str(site.path), "--json")
     dists = {d["name"]: d for d in json.loads(r.stdout)["distributions"]}
@@ -86,7 +79,7 @@ def test_abbreviated_commit_from_version_py_matches(cookbook, site):
     assert "_version.py" in dists["vllm-gaudi"]["commit_source"]
 
 
-def test_unknown_fix_and_profile_suggest(cookbook, site):
+def test_unknown_fix_and_profile_suggest(cli, cookbook, site):
     cookbook.fix("gdn-prefix-cache", {"vllm/sampler.py": (SAMPLER, SAMPLER + "# x\n")}, opt_in=True)
     cookbook.profile(["gdn-prefix-cache"], opt_ins=["gdn-prefix-cache"])
     cookbook.lock()
@@ -96,7 +89,7 @@ def test_unknown_fix_and_profile_suggest(cookbook, site):
     assert r.exit_code == 2 and "did you mean 'v0.26.0'" in r.stderr
 
 
-def test_requirement_pulled_in_ahead(cookbook, site):
+def test_requirement_pulled_in_ahead(cli, cookbook, site):
     cookbook.fix("base", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return 1.0", "return 0.5"))}, opt_in=True)
     cookbook.fix("extra", {"vllm_gaudi/batch.py": (BATCH, BATCH + "    # extra\n")}, opt_in=True, requires=("base",))
     cookbook.profile(["extra", "base"], opt_ins=["extra", "base"])
@@ -107,7 +100,7 @@ def test_requirement_pulled_in_ahead(cookbook, site):
     assert "base is pulled in: extra requires it" in r.stderr
 
 
-def test_cycle_and_conflict_refused(cookbook, site):
+def test_cycle_and_conflict_refused(cli, cookbook, site):
     cookbook.fix("a", {"vllm/sampler.py": (SAMPLER, SAMPLER + "# a\n")}, requires=("b",))
     cookbook.fix("b", {"vllm_gaudi/batch.py": (BATCH, BATCH + "# b\n")}, requires=("a",))
     cookbook.profile(["a", "b"])
@@ -122,7 +115,7 @@ def test_cycle_and_conflict_refused(cookbook, site):
     assert site.snapshot() == before
 
 
-def test_opt_in_not_allowed_by_profile(cookbook, site):
+def test_opt_in_not_allowed_by_profile(cli, cookbook, site):
     cookbook.fix("a", {"vllm/sampler.py": (SAMPLER, SAMPLER + "# a\n")})
     cookbook.fix("other", {"vllm_gaudi/batch.py": (BATCH, BATCH + "# b\n")}, opt_in=True)
     cookbook.profile(["a"])
@@ -130,7 +123,7 @@ def test_opt_in_not_allowed_by_profile(cookbook, site):
     assert r.exit_code == 2 and "not part of profile" in r.stderr
 
 
-def test_two_fixes_chain_in_one_file(cookbook, site):
+def test_two_fixes_chain_in_one_file(cli, cookbook, site):
     first = RUNNER.replace("return 2\n", "return 20\n")
     second = first.replace("return 25\n", "return 250\n")
     cookbook.fix("one", {"vllm_gaudi/runner.py": (RUNNER, first)})
@@ -149,7 +142,7 @@ def test_two_fixes_chain_in_one_file(cookbook, site):
     assert r.exit_code == 0 and site.read("vllm_gaudi/runner.py") == RUNNER.encode()
 
 
-def test_second_fix_applies_without_the_first_at_an_offset(cookbook, site):
+def test_second_fix_applies_without_the_first_at_an_offset(cli, cookbook, site):
     """A later fix locked on top of an opt-in still applies when the opt-in is not asked for."""
     first = RUNNER.replace("def f0():\n", "def f_new():\n    pass\n\n\ndef f0():\n")
     second = first.replace("return 25\n", "return 250\n")
@@ -162,7 +155,7 @@ def test_second_fix_applies_without_the_first_at_an_offset(cookbook, site):
     assert site.read("vllm_gaudi/runner.py") == RUNNER.replace("return 25\n", "return 250\n").encode()
 
 
-def test_non_compiling_change_refused_before_any_write(cookbook, site):
+def test_non_compiling_change_refused_before_any_write(cli, cookbook, site):
     cookbook.fix("good", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x", "return x + 1"))})
     bad = {"vllm_gaudi/batch.py": (BATCH, BATCH + "    def broken(:\n")}
     cookbook.fix("bad", bad)
@@ -174,7 +167,7 @@ def test_non_compiling_change_refused_before_any_write(cookbook, site):
     assert site.snapshot() == before
 
 
-def test_crlf_target_keeps_its_endings(cookbook, tmp_path):
+def test_crlf_target_keeps_its_endings(cli, cookbook, tmp_path):
     crlf = BATCH.replace("\n", "\r\n").encode()
     files = {
         "vllm": {"vllm/__init__.py": ""},
@@ -200,7 +193,7 @@ def test_crlf_target_keeps_its_endings(cookbook, tmp_path):
     assert site.read("vllm_gaudi/batch.py") == crlf
 
 
-def test_creates_and_deletes_files(cookbook, site):
+def test_creates_and_deletes_files(cli, cookbook, site):
     cookbook.fix("newmod", {"vllm_gaudi/extra.py": (None, "X = 1\n"), "vllm_gaudi/batch.py": (BATCH, None)})
     cookbook.profile(["newmod"])
     cookbook.lock()
@@ -212,7 +205,7 @@ def test_creates_and_deletes_files(cookbook, site):
     assert not site.file("vllm_gaudi/extra.py").exists() and site.read("vllm_gaudi/batch.py") == BATCH.encode()
 
 
-def test_missing_distribution_and_missing_file(cookbook, tmp_path):
+def test_missing_distribution_and_missing_file(cli, cookbook, tmp_path):
     two_fixes(cookbook)
     site = make_site(tmp_path, files={"vllm": {"vllm/sampler.py": SAMPLER}})
     r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
@@ -224,7 +217,7 @@ def test_missing_distribution_and_missing_file(cookbook, tmp_path):
     assert r.exit_code == 1 and "missing" in json.loads(r.stdout)["error"]
 
 
-def test_editable_install_patches_the_checkout(cookbook, tmp_path):
+def test_editable_install_patches_the_checkout(cli, cookbook, tmp_path):
     two_fixes(cookbook)
     site = make_site(tmp_path, editable=True)
     assert site.roots["vllm-gaudi"] != site.path
@@ -236,7 +229,7 @@ def test_editable_install_patches_the_checkout(cookbook, tmp_path):
     assert gaudi["location"] == str(site.roots["vllm-gaudi"]) and gaudi["editable"]
 
 
-def test_invalid_fix_module_names_file_and_reason(cookbook, site):
+def test_invalid_fix_module_names_file_and_reason(cli, cookbook, site):
     d = cookbook.fix("a", {"vllm/sampler.py": (SAMPLER, SAMPLER + "# a\n")})
     cookbook.profile(["a"])
     (d / "fix.toml").write_text((d / "fix.toml").read_text().replace('status = "pending"', 'status = "maybe"'))
@@ -244,7 +237,7 @@ def test_invalid_fix_module_names_file_and_reason(cookbook, site):
     assert r.exit_code == 2 and "fix.toml" in r.stderr and "upstream.status" in r.stderr
 
 
-def test_manifest_naming_a_fix_the_cookbook_lacks_is_refused(cookbook, site):
+def test_manifest_naming_a_fix_the_cookbook_lacks_is_refused(cli, cookbook, site):
     two_fixes(cookbook)
     assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
     cookbook.profile(["sampler-fix"])
@@ -257,7 +250,7 @@ def test_manifest_naming_a_fix_the_cookbook_lacks_is_refused(cookbook, site):
     assert site.snapshot() == before
 
 
-def test_partial_when_one_file_of_a_fix_is_put_back_by_hand(cookbook, site):
+def test_partial_when_one_file_of_a_fix_is_put_back_by_hand(cli, cookbook, site):
     cookbook.fix(
         "two-files",
         {
@@ -276,7 +269,7 @@ def test_partial_when_one_file_of_a_fix_is_put_back_by_hand(cookbook, site):
     assert site.read("vllm_gaudi/batch.py") == (BATCH + "# two\n").encode()
 
 
-def test_a_changed_cookbook_is_applied_over_the_old_fix(cookbook, site):
+def test_a_changed_cookbook_is_applied_over_the_old_fix(cli, cookbook, site):
     """An image patched with an older cookbook: the fix's new patch replaces its old one."""
     old = RUNNER.replace("return 3\n", "return 33\n")
     cookbook.fix("runner-fix", {"vllm_gaudi/runner.py": (RUNNER, old)})
@@ -295,7 +288,7 @@ def test_a_changed_cookbook_is_applied_over_the_old_fix(cookbook, site):
     assert not (site.path / ".fixpack").exists()
 
 
-def test_drift_after_apply_shows_the_hand_edit(cookbook, site):
+def test_drift_after_apply_shows_the_hand_edit(cli, cookbook, site):
     two_fixes(cookbook)
     assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
     edited = site.read("vllm_gaudi/runner.py").replace(b"return 7\n", b"return 77\n")

@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 from builders import BATCH, PRISTINE, RUNNER, SAMPLER, make_site
-from click.testing import CliRunner
 
 from fixpack.applicators.cst import load_transforms, render_transforms
-from fixpack.cli import main
 from fixpack.cookbook.catalog import Catalog
 
 EXECUTOR = PRISTINE["vllm"]["vllm/executor.py"]
@@ -30,10 +28,6 @@ NEW_TREE = {
         "vllm_gaudi/batch.py": BATCH_FIXED,
     },
 }
-
-
-def cli(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 def write_tree(root: Path, files: dict[str, dict[str, str]]) -> dict[str, Path]:
@@ -95,7 +89,7 @@ def port_args(sources: dict[str, Path]) -> list[str]:
     return [a for dist, root in sources.items() for a in ("--source", f"{dist}={root}")]
 
 
-def test_port_reports_each_outcome(pack, tmp_path):
+def test_port_reports_each_outcome(cli, pack, tmp_path):
     new = write_tree(tmp_path / "new", NEW_TREE)
     r = cli("port", "--profile", "v0.26.0", "--from", "v0.26.0", *port_args(new), "--json")
     assert r.exit_code == 0, r.output
@@ -121,7 +115,7 @@ def test_port_reports_each_outcome(pack, tmp_path):
     ]
 
 
-def test_port_human_report(pack, tmp_path):
+def test_port_human_report(cli, pack, tmp_path):
     new = write_tree(tmp_path / "new", NEW_TREE)
     r = cli("port", "--profile", "v0.26.0", "--from", "v0.26.0", *port_args(new))
     assert r.exit_code == 0
@@ -129,7 +123,7 @@ def test_port_human_report(pack, tmp_path):
     assert "1 unchanged, 2 offset, 1 cst, 1 upstream, 1 conflict" in r.stdout
 
 
-def test_port_write_makes_a_release_that_applies(pack, tmp_path):
+def test_port_write_makes_a_release_that_applies(cli, pack, tmp_path):
     new = write_tree(tmp_path / "new", NEW_TREE)
     r = cli("port", "--profile", "v0.26.0", "--from", "v0.26.0", *port_args(new), "--write", "v0.27.0", "--json")
     assert r.exit_code == 0, r.output
@@ -163,7 +157,7 @@ def test_port_write_makes_a_release_that_applies(pack, tmp_path):
     assert any("exists: no draft profile written" in n for n in json.loads(r.stdout)["notes"])
 
 
-def test_port_named_fixes_need_only_their_trees(pack, tmp_path):
+def test_port_named_fixes_need_only_their_trees(cli, pack, tmp_path):
     new = write_tree(tmp_path / "new", NEW_TREE)
     r = cli(
         "port",
@@ -184,7 +178,7 @@ def test_port_named_fixes_need_only_their_trees(pack, tmp_path):
     assert r.exit_code == 2 and "no --source given" in r.stderr
 
 
-def test_port_cst_conflict_and_upstream(pack, tmp_path):
+def test_port_cst_conflict_and_upstream(cli, pack, tmp_path):
     gone = {"vllm-gaudi": {"vllm_gaudi/runner.py": RUNNER.replace("def f25", "def f25_renamed")}}
     new = write_tree(tmp_path / "gone", gone)
     r = cli("port", "runner-cst", "--from", "v0.26.0", "--source", f"vllm-gaudi={new['vllm-gaudi']}", "--json")
@@ -196,7 +190,7 @@ def test_port_cst_conflict_and_upstream(pack, tmp_path):
     assert [c["outcome"] for c in json.loads(r.stdout)["changes"]] == ["upstream"]
 
 
-def test_port_upstream_in_another_context_and_a_hint(pack, tmp_path):
+def test_port_upstream_in_another_context_and_a_hint(cli, pack, tmp_path):
     # The fix's new lines are there but the lines around them moved on: still upstream.
     moved = RUNNER.replace("return 3\n", "return 33\n").replace(
         "def f4():\n    return 4\n", "def f4():\n    return 44\n"
@@ -212,7 +206,7 @@ def test_port_upstream_in_another_context_and_a_hint(pack, tmp_path):
     assert change["outcome"] == "conflict" and "every added line is in the new tree" in change["detail"]
 
 
-def test_port_refuses_a_result_that_does_not_compile(cookbook, tmp_path):
+def test_port_refuses_a_result_that_does_not_compile(cli, cookbook, tmp_path):
     aio = "async def sample(x):\n    a = 1\n    b = 2\n    c = 3\n    return x\n"
     (cookbook.sources["vllm"] / "vllm/aio.py").write_text(aio)
     cookbook.fix("await-fix", {"vllm/aio.py": (aio, aio.replace("    c = 3\n", "    c = 3\n    await x\n"))})
@@ -224,7 +218,7 @@ def test_port_refuses_a_result_that_does_not_compile(cookbook, tmp_path):
     assert change["outcome"] == "conflict" and "applies, but the result does not compile" in change["detail"]
 
 
-def test_port_usage_errors(pack, tmp_path):
+def test_port_usage_errors(cli, pack, tmp_path):
     new = write_tree(tmp_path / "new", NEW_TREE)
     assert cli("port", "--from", "v0.26.0", *port_args(new)).exit_code == 2
     assert cli("port", "--profile", "v0.26.0", "--from", "v0.25.0", *port_args(new)).exit_code == 2

@@ -8,14 +8,8 @@ import subprocess
 
 import pytest
 from builders import BATCH, PRISTINE, RUNNER, SAMPLER, make_site
-from click.testing import CliRunner
 
-from fixpack.cli import main
 from fixpack.cookbook.catalog import Catalog
-
-
-def cli(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 def sources_args(cookbook) -> list[str]:
@@ -29,7 +23,7 @@ def edit(site, rel: str, old: str, new: str) -> bytes:
     return site.read(rel)
 
 
-def test_record_then_apply_on_a_fresh_site_gives_the_same_bytes(cookbook, site, tmp_path):
+def test_record_then_apply_on_a_fresh_site_gives_the_same_bytes(cli, cookbook, site, tmp_path):
     cookbook.fix("runner-fix", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 3\n", "return 33\n"))})
     cookbook.profile(["runner-fix"])
     cookbook.lock()
@@ -57,7 +51,7 @@ def test_record_then_apply_on_a_fresh_site_gives_the_same_bytes(cookbook, site, 
     assert b"return 33\n" in fresh.read("vllm_gaudi/runner.py")
 
 
-def test_record_leaves_out_what_fixpack_applied(cookbook, site):
+def test_record_leaves_out_what_fixpack_applied(cli, cookbook, site):
     cookbook.fix("runner-fix", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 3\n", "return 33\n"))})
     cookbook.fix("sampler-fix", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x\n", "return x * 2\n"))})
     cookbook.profile(["runner-fix", "sampler-fix"])
@@ -84,7 +78,7 @@ def test_record_leaves_out_what_fixpack_applied(cookbook, site):
     assert site.read("vllm_gaudi/runner.py") == edited
 
 
-def test_record_without_source_needs_the_pristine_bytes(cookbook, site):
+def test_record_without_source_needs_the_pristine_bytes(cli, cookbook, site):
     cookbook.profile([])
     edit(site, "vllm/sampler.py", "return 1.0", "return 0.7")
     r = cli("record", "no-source", "--profile", "v0.26.0", "--site", str(site.path))
@@ -93,7 +87,7 @@ def test_record_without_source_needs_the_pristine_bytes(cookbook, site):
     assert not (cookbook.root / "fixes" / "no-source").exists()
 
 
-def test_record_from_an_editable_git_checkout(cookbook, tmp_path):
+def test_record_from_an_editable_git_checkout(cli, cookbook, tmp_path):
     cookbook.profile([])
     site = make_site(tmp_path, editable=True)
     checkout = site.roots["vllm-gaudi"]
@@ -113,7 +107,7 @@ def test_record_from_an_editable_git_checkout(cookbook, tmp_path):
     assert fresh.read("vllm_gaudi/batch.py") == edited
 
 
-def test_record_refuses_a_source_that_is_not_the_installed_build(cookbook, site, tmp_path):
+def test_record_refuses_a_source_that_is_not_the_installed_build(cli, cookbook, site, tmp_path):
     cookbook.profile([])
     edit(site, "vllm_gaudi/batch.py", "swap", "swap_rows")
     other = tmp_path / "other"
@@ -124,20 +118,20 @@ def test_record_refuses_a_source_that_is_not_the_installed_build(cookbook, site,
 
 
 @pytest.mark.parametrize("name", ["Bad_Id", "runner-fix"])
-def test_record_refuses_bad_or_taken_ids(cookbook, site, name):
+def test_record_refuses_bad_or_taken_ids(cli, cookbook, site, name):
     cookbook.fix("runner-fix", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 3\n", "return 33\n"))})
     cookbook.profile(["runner-fix"])
     r = cli("record", name, "--profile", "v0.26.0", "--site", str(site.path), *sources_args(cookbook))
     assert r.exit_code == 2
 
 
-def test_record_with_nothing_edited(cookbook, site):
+def test_record_with_nothing_edited(cli, cookbook, site):
     cookbook.profile([])
     r = cli("record", "nothing", "--profile", "v0.26.0", "--site", str(site.path), *sources_args(cookbook))
     assert r.exit_code == 1 and "no edits found" in r.stderr
 
 
-def test_recorded_fix_exports_for_git_am(cookbook, site, tmp_path):
+def test_recorded_fix_exports_for_git_am(cli, cookbook, site, tmp_path):
     cookbook.profile([])
     edited = edit(site, "vllm_gaudi/runner.py", "return 7\n", "return 77\n")
     assert (
@@ -159,7 +153,7 @@ def test_recorded_fix_exports_for_git_am(cookbook, site, tmp_path):
     assert (repo / "vllm_gaudi/runner.py").read_bytes() == edited
 
 
-def test_record_editable_against_a_source_skips_build_outputs(cookbook, tmp_path):
+def test_record_editable_against_a_source_skips_build_outputs(cli, cookbook, tmp_path):
     cookbook.profile([])
     site = make_site(tmp_path, editable=True)  # its checkout has a generated _version.py the source lacks
     site.file("vllm_gaudi/_C.abi3.so").write_bytes(b"\x7fELF")
@@ -169,7 +163,7 @@ def test_record_editable_against_a_source_skips_build_outputs(cookbook, tmp_path
     assert [f[0] for f in json.loads(r.stdout)["files"]] == ["vllm_gaudi/runner.py"]
 
 
-def test_record_without_source_uses_the_copy_apply_kept(cookbook, site):
+def test_record_without_source_uses_the_copy_apply_kept(cli, cookbook, site):
     """A file fixpack patched has its pristine bytes in the state directory: no --source needed."""
     cookbook.fix("runner-fix", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 3\n", "return 33\n"))})
     cookbook.profile(["runner-fix"])

@@ -10,9 +10,6 @@ from pathlib import Path
 
 import pytest
 from builders import BATCH, GAUDI_COMMIT, RUNNER, SAMPLER, make_site
-from click.testing import CliRunner
-
-from fixpack.cli import main
 
 # A proof that runs the tree's real code: sample() must double its input once the fix is in.
 DOUBLING_PROOF = """
@@ -25,10 +22,6 @@ def check(trees) -> None:
 """
 ALWAYS_PASSES = "def check(trees) -> None:\n    pass\n"
 BROKEN_PROOF = "def check(trees) -> None:\n    raise RuntimeError('proof is broken')\n"
-
-
-def cli(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 def sources_args(cookbook) -> list[str]:
@@ -46,15 +39,15 @@ def good_pack(cookbook) -> None:
     cookbook.lock()
 
 
-def verify_json(cookbook, *extra: str) -> tuple[int, dict]:
+def verify_json(cli, cookbook, *extra: str) -> tuple[int, dict]:
     r = cli("verify", "--json", *sources_args(cookbook), *extra)
     return r.exit_code, json.loads(r.stdout)
 
 
-def test_verify_passes_and_writes_junit(cookbook, tmp_path):
+def test_verify_passes_and_writes_junit(cli, cookbook, tmp_path):
     good_pack(cookbook)
     junit = tmp_path / "verify.xml"
-    code, out = verify_json(cookbook, "--junit", str(junit))
+    code, out = verify_json(cli, cookbook, "--junit", str(junit))
     assert code == 0 and out["ok"], out
     by_fix = {r["fix"]: r for r in out["results"]}
     assert by_fix["doubling"]["proof"] == "demonstrated"
@@ -65,7 +58,7 @@ def test_verify_passes_and_writes_junit(cookbook, tmp_path):
     assert (cookbook.sources["vllm"] / "vllm/sampler.py").read_text() == SAMPLER
 
 
-def test_verify_reports_every_failure(cookbook):
+def test_verify_reports_every_failure(cli, cookbook):
     good_pack(cookbook)
     # A proof that cannot tell the bug, one that errors, a stale lock and a placeholder why.
     cookbook.fix("no-bug-shown", {"vllm_gaudi/batch.py": (BATCH, BATCH + "# x\n")}, proof=ALWAYS_PASSES)
@@ -80,7 +73,7 @@ def test_verify_reports_every_failure(cookbook):
     lock.write_text(json.dumps(data))
     toml = cookbook.root / "fixes/runner-a/fix.toml"
     toml.write_text(re.sub(r'why = ".*"', 'why = "TODO"', toml.read_text()))
-    code, out = verify_json(cookbook)
+    code, out = verify_json(cli, cookbook)
     assert code == 1 and not out["ok"]
     by_fix = {r["fix"]: r for r in out["results"]}
     assert by_fix["doubling"]["failures"] == []
@@ -92,10 +85,10 @@ def test_verify_reports_every_failure(cookbook):
     assert any("'why' is missing or a placeholder" in f for f in by_fix["runner-a"]["failures"])
 
 
-def test_verify_reports_a_change_that_no_longer_applies(cookbook):
+def test_verify_reports_a_change_that_no_longer_applies(cli, cookbook):
     good_pack(cookbook)
     (cookbook.sources["vllm-gaudi"] / "vllm_gaudi/runner.py").write_text(RUNNER.replace("return 5\n", "return 6\n"))
-    code, out = verify_json(cookbook)
+    code, out = verify_json(cli, cookbook)
     assert code == 1
     by_fix = {r["fix"]: r for r in out["results"]}
     assert not by_fix["runner-a"]["applies"]
@@ -125,7 +118,7 @@ def _upstream_repo(src: Path, dest: Path) -> Path:
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-def test_mbox_applies_with_git_am_and_gives_apply_bytes(cookbook, tmp_path):
+def test_mbox_applies_with_git_am_and_gives_apply_bytes(cli, cookbook, tmp_path):
     good_pack(cookbook)
     site = make_site(tmp_path)
     assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
@@ -145,7 +138,7 @@ def test_mbox_applies_with_git_am_and_gives_apply_bytes(cookbook, tmp_path):
             assert "Upstream-Status: Pending" in r.stdout
 
 
-def test_unified_diff_applies_with_patch(cookbook, tmp_path):
+def test_unified_diff_applies_with_patch(cli, cookbook, tmp_path):
     good_pack(cookbook)
     r = cli("diff", "runner-a", "runner-b")
     assert r.exit_code == 0 and r.stdout.startswith("diff --git a/vllm_gaudi/runner.py b/vllm_gaudi/runner.py")
@@ -157,20 +150,20 @@ def test_unified_diff_applies_with_patch(cookbook, tmp_path):
     assert b"return 99\n" in (tree / "vllm_gaudi/runner.py").read_bytes()
 
 
-def test_verify_without_sources_is_a_usage_error(cookbook):
+def test_verify_without_sources_is_a_usage_error(cli, cookbook):
     good_pack(cookbook)
     r = cli("verify", f"--source=vllm={cookbook.sources['vllm']}")
     assert r.exit_code == 2 and "--source vllm-gaudi=DIR" in r.stderr
 
 
-def test_diff_usage_errors(cookbook):
+def test_diff_usage_errors(cli, cookbook):
     good_pack(cookbook)
     assert cli("diff").exit_code == 2
     r = cli("diff", "runer-a")
     assert r.exit_code == 2 and "did you mean 'runner-a'" in r.stderr
 
 
-def test_lock_refuses_a_change_that_no_longer_applies(cookbook):
+def test_lock_refuses_a_change_that_no_longer_applies(cli, cookbook):
     good_pack(cookbook)
     before = (cookbook.root / "fixes/runner-a/v0.26.0.lock.json").read_text()
     (cookbook.sources["vllm-gaudi"] / "vllm_gaudi/runner.py").write_text(RUNNER.replace("return 5\n", "return 6\n"))

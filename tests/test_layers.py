@@ -1,0 +1,138 @@
+"""The package's layers, read from its imports: the core imports nothing outside the core (and
+the models and errors), click only in the CLI, the cookbook and the site never reach up into the
+commands or the CLI, and no import cycle anywhere."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "fixpack"
+
+# module prefix -> the fixpack modules it may import (besides itself and its own sub-modules)
+ALLOWED = {
+    "fixpack.core": {"fixpack.core", "fixpack.models", "fixpack.errors"},
+    "fixpack.models": set(),
+    "fixpack.errors": set(),
+    "fixpack.transforms": {"fixpack.core"},
+    "fixpack.applicators": {"fixpack.transforms"},
+    "fixpack.cookbook": {"fixpack.core", "fixpack.models", "fixpack.errors"},
+    "fixpack.site": {"fixpack.core", "fixpack.models", "fixpack.errors"},
+    "fixpack.commands": {
+        "fixpack",
+        "fixpack.core",
+        "fixpack.models",
+        "fixpack.errors",
+        "fixpack.cookbook",
+        "fixpack.site",
+        "fixpack.transforms",
+        "fixpack.proofkit",
+    },
+    "fixpack.cli": {"fixpack", "fixpack.commands", "fixpack.cookbook", "fixpack.errors", "fixpack.models"},
+    "fixpack.proofkit": set(),
+    "fixpack.__main__": {"fixpack.cli"},
+    "fixpack": set(),
+}
+# the warm path runs before anything else is imported: the standard library and these only
+WARM_PATH = {"fixpack.site.warm", "fixpack.site.layout", "fixpack.core.fingerprint"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module this file imports, relative imports resolved (at any depth in the file)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module or ""
+            # ``from . import x`` imports the sub-module x when there is one, not the package's names
+            subs = {f"{stem}.{alias.name}" for alias in node.names if _exists(f"{stem}.{alias.name}")}
+            out |= subs
+            if len(subs) < len(node.names):
+                out.add(stem)
+    return out
+
+
+def _exists(module: str) -> bool:
+    rel = Path(*module.split("."))
+    return (PACKAGE.parent / rel).with_suffix(".py").is_file() or (PACKAGE.parent / rel / "__init__.py").is_file()
+
+
+GRAPH = {_module_name(p): _imports(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _layer(module: str) -> str:
+    return max((prefix for prefix in ALLOWED if module == prefix or module.startswith(prefix + ".")), key=len)
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_each_module_imports_only_from_the_layers_below(module):
+    layer = _layer(module)
+    allowed = ALLOWED[layer] | {layer}
+    wrong = sorted(
+        imp
+        for imp in GRAPH[module]
+        if imp.startswith("fixpack")
+        and not any(imp == a or imp.startswith(a + ".") for a in allowed)
+        and imp != "fixpack"
+        or (imp == "fixpack" and "fixpack" not in allowed and layer != "fixpack")
+    )
+    assert not wrong, f"{module} ({layer}) imports {wrong}"
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_click_only_in_the_cli(module):
+    if _layer(module) != "fixpack.cli":
+        assert "click" not in {imp.split(".")[0] for imp in GRAPH[module]}, f"{module} imports click"
+
+
+def test_the_warm_path_imports_the_standard_library_and_itself_only():
+    for module in WARM_PATH:
+        inside = {imp for imp in GRAPH[module] if imp.startswith("fixpack")}
+        outside = inside - WARM_PATH - {"fixpack", "fixpack.core", "fixpack.site"}
+        assert not outside, f"{module} imports {outside}"
+        assert not {imp.split(".")[0] for imp in GRAPH[module]} & {"click", "unidiff", "packaging", "libcst"}
+
+
+def test_no_import_cycle():
+    modules = {m: {i for i in imps if i in GRAPH and i != m} for m, imps in GRAPH.items()}
+    # A package's __init__ is imported by its sub-modules implicitly; only explicit edges count.
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(modules[m]):
+            if state.get(n) == 1:
+                cycle = stack[stack.index(n) :] + [n]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(modules):
+        if m not in state:
+            visit(m)
+
+
+def test_no_module_is_longer_than_about_400_lines():
+    long = {_module_name(p): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 420}
+    assert not long, long
