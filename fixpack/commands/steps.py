@@ -75,6 +75,8 @@ def check_commits(profile: Profile, dists: dict[str, Distribution], allow_unpinn
             notes.append(f"{pin.dist} {dist.version}: commit {commit.id} (from {commit.source})")
         if not ok:
             what = f"version {dist.version}" + (f", commit {commit.id}" if commit.id else "")
+            if commit.id and len(commit.id) < commits.SHORTEST and version_ok:
+                what += f" (too short to match: at least {commits.SHORTEST} hex digits are needed)"
             message = (
                 f"the image does not match profile {profile.name}: {pin.dist} is {what}; "
                 f"the profile pins {pin.version} at {', '.join(c[:12] for c in pin.commits)}"

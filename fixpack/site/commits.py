@@ -23,10 +23,14 @@ class Commit:
 
 
 def from_version_py(path: Path) -> str | None:
+    """The commit ``_version.py`` records; None when there is no such file or it records none.
+    Raises ValueError when the file is there but cannot be parsed."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError):
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{exc.__class__.__name__}: {exc}") from None
     for node in tree.body:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
             names = {t.id for t in node.targets if isinstance(t, ast.Name)}
@@ -94,7 +98,10 @@ def _resolve_head(git_dir: Path) -> str | None:
     return None
 
 
+SHORTEST = 7  # git's shortest abbreviation: fewer hex digits could name many commits
+
+
 def matches(found: str, accepted: str) -> bool:
     """Abbreviated ids (``_version.py`` has 9 hex) match as a prefix of the pinned full id."""
     short, long_ = sorted((found.lower(), accepted.lower()), key=len)
-    return len(short) >= 7 and long_.startswith(short)
+    return len(short) >= SHORTEST and long_.startswith(short)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -63,14 +64,23 @@ def _editable_root(dist: md.Distribution) -> Path | None:
     return Path(unquote(url.path)) if url.scheme == "file" else None
 
 
+def _dist_info(dist: md.Distribution) -> Path:
+    return Path(getattr(dist, "_path", dist.locate_file("")))
+
+
 def _read(dist: md.Distribution, package: str) -> Distribution:
-    dist_info = Path(getattr(dist, "_path", dist.locate_file("")))
+    dist_info = _dist_info(dist)
+    try:
+        name, version = dist.metadata["Name"], dist.version
+    except (UnicodeDecodeError, OSError) as exc:
+        raise EnvironmentProblem(f"{dist_info}/METADATA is unreadable ({exc}): reinstall the distribution") from None
+    if not name or not version:
+        raise EnvironmentProblem(f"{dist_info}/METADATA has no Name or Version: reinstall the distribution")
     editable_root = _editable_root(dist)
     files_root = editable_root or Path(dist.locate_file(""))
-    version = dist.version
     commit = _commit(dist, files_root / package / "_version.py", version, editable_root)
     return Distribution(
-        name=canonical(dist.metadata["Name"]),
+        name=canonical(name),
         package=package,
         version=version,
         dist_info=dist_info,
@@ -81,7 +91,11 @@ def _read(dist: md.Distribution, package: str) -> Distribution:
 
 
 def _commit(dist: md.Distribution, version_py: Path, version: str, editable_root: Path | None) -> Commit:
-    found = commits.from_version_py(version_py)
+    unreadable = ""
+    try:
+        found = commits.from_version_py(version_py)
+    except ValueError as exc:
+        found, unreadable = None, f"; {version_py} could not be parsed ({exc})"
     if found:
         return Commit(found, f"{version_py.name} __commit_id__")
     found = commits.from_local_version(version)
@@ -94,7 +108,7 @@ def _commit(dist: md.Distribution, version_py: Path, version: str, editable_root
         found = commits.from_git_checkout(editable_root)
         if found:
             return Commit(found, f"git checkout {editable_root}")
-    return Commit(None, "not recorded in the install")
+    return Commit(None, "not recorded in the install" + unreadable)
 
 
 @dataclass
@@ -109,15 +123,25 @@ class Environment:
     def read(cls, packages: dict[str, str], site: Path | None = None) -> Environment:
         """Find each distribution of ``packages`` (canonical name -> import package)."""
         if site is not None and not site.is_dir():
-            raise EnvironmentProblem(f"--site {site}: no such directory")
+            named = "FIXPACK_SITE" if os.environ.get("FIXPACK_SITE") == str(site) else "--site"
+            raise EnvironmentProblem(f"{named} {site}: no such directory", path=str(site))
         found: dict[str, Distribution] = {}
         wanted = {canonical(n): pkg for n, pkg in packages.items()}
         for name, package in wanted.items():
             # The finder matches dist-info names, so nothing else on the path is read.
             query = {"name": name} if site is None else {"name": name, "path": [str(site)]}
-            for dist in md.distributions(**query):
-                found[name] = _read(dist, package)
-                break  # the first on the path wins, as for imports
+            dists = list(md.distributions(**query))
+            if not dists:
+                continue
+            first = _dist_info(dists[0])  # the first on the path wins, as for imports
+            twins = [_dist_info(d) for d in dists[1:] if _dist_info(d).parent == first.parent]
+            if twins:
+                names = ", ".join(p.name for p in (first, *twins))
+                raise EnvironmentProblem(
+                    f"{first.parent} has {len(twins) + 1} installs of {name} ({names}): "
+                    "remove the stale dist-info (pip would not know which one it uninstalls)"
+                )
+            found[name] = _read(dists[0], package)
         return cls(site, found, tuple(wanted))
 
     def get(self, name: str) -> Distribution:
