@@ -4,6 +4,9 @@ Runs the tree's HPUAsyncScheduler on top of vLLM's real AsyncScheduler and the r
 methods it relies on (_update_request_with_output, reset_prefix_cache, _preempt_request), each
 compiled from the given trees. Only the KV cache manager, the queues and the Request object are
 stand-ins; the Request carries exactly the async fields that vLLM 0.26.0's Request.__init__ sets.
+It covers a partial prefill chunk's spurious token, a force preemption with one frame in flight,
+and one with two frames in flight where the request is rescheduled before the second stale frame
+returns (so a counter cleared instead of counted down lets that stale token through).
 """
 
 from __future__ import annotations
@@ -165,3 +168,37 @@ def check(trees: Trees) -> None:
         f"after resume: counter {req.async_tokens_to_discard}, "
         f"placeholders {req.num_output_placeholders}"
     )
+
+    # 3. Force preemption with two decode frames in flight. The first stale frame arrives while the
+    #    request is preempted (no placeholder: the HPU path drops it); the request is then
+    #    rescheduled, so the second stale frame arrives with a placeholder set and goes to
+    #    AsyncScheduler, which must still see one frame to discard. The counter has to be counted
+    #    down by one per stale frame, not cleared.
+    req = request_cls("forced-2", output=[5], num_computed_tokens=10)
+    req.num_output_placeholders = 2
+    sched.running = [req]
+    sched.reset_prefix_cache(reset_running_requests=True)
+    assert (req.async_tokens_to_discard, req.num_output_placeholders) == (2, 0)
+
+    new, _ = _update(sched, req, [111], "first stale frame (two in flight)")
+    assert new == [] and req._output_token_ids == [5], f"first stale frame token {new} was kept"
+
+    # Rescheduled before the second stale frame returns.
+    req.status = status.RUNNING
+    req.num_computed_tokens = 11
+    req.num_output_placeholders = 1
+    new, _ = _update(sched, req, [112], "second stale frame, after the request was rescheduled")
+    assert new == [] and req._output_token_ids == [5], (
+        f"second stale frame token kept after resume: returned {new}, output {req._output_token_ids}"
+    )
+    assert (req.async_tokens_to_discard, req.num_output_placeholders) == (0, 1), (
+        f"after the second stale frame: counter {req.async_tokens_to_discard}, "
+        f"placeholders {req.num_output_placeholders}"
+    )
+
+    new, _ = _update(sched, req, [222], "first real token after two stale frames")
+    assert new == [222] and req._output_token_ids == [5, 222], (
+        f"first real token after force preemption (two frames in flight): returned {new}, "
+        f"output {req._output_token_ids}"
+    )
+    assert (req.async_tokens_to_discard, req.num_output_placeholders) == (0, 0)

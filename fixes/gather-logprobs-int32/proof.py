@@ -2,10 +2,15 @@
 
 Runs the tree's real ``_hpu_gather_logprobs`` (patches.py, installed as Sampler.gather_logprobs) and
 ``HPUModelRunner._gather_prompt_logprobs_hpu`` on CPU torch, with vLLM's real ``LogprobsTensors``
-and vllm-gaudi's real ``_hpu_batched_count_greater_than``, under a TorchFunctionMode that records
-the dtypes of every torch.cat. A Qwen-size vocabulary puts ids above the int16/uint16 range. The
-results must equal a reference exactly (ids as int32), and no integer cat may take int64 operands:
-that int64 cat is what HPU lazy mode corrupts, and it cannot itself be run here.
+and vllm-gaudi's real ``_hpu_batched_count_greater_than``, under a TorchDispatchMode that records
+every aten op that runs, with the dtypes of its tensor operands and results. What is observed is
+the operation torch executes, not the Python name the code calls: ``torch.cat``, ``torch.concat``,
+``torch.hstack``, ``torch.column_stack`` all reach ``aten.cat`` (``torch.stack`` reaches
+``aten.stack``). The ids must be assembled on int32: no concatenation op may take an int64 operand,
+and no op may produce the gathered ids (shape [rows, 1 + num_logprobs], integer) as int64. That
+int64 concatenation is what HPU lazy mode corrupts; the corruption itself cannot be run here, so on
+CPU the pristine results are still correct. A Qwen-size vocabulary puts ids above the
+int16/uint16 range, and the ids, logprobs and ranks must equal a reference exactly (ids as int32).
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from typing import Any
 from unittest import mock
 
 import torch
-from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from fixpack.proofkit import Trees, load_function
 
@@ -27,17 +33,28 @@ VOCAB = 151936  # Qwen3 / Qwen3.5 vocabulary
 NUM_LOGPROBS = 5
 
 
-class _CatDtypes(TorchFunctionMode):
+# aten ops that concatenate their operands (torch.cat/concat/concatenate/hstack/vstack/column_stack
+# and torch.stack decompose into these before a backend kernel runs).
+_CONCAT_OPS = {"cat", "_cat", "stack", "_stack", "concat", "concatenate", "hstack", "vstack", "column_stack"}
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+class _AtenOps(TorchDispatchMode):
+    """Records every aten op that runs: its name, operand dtypes and result dtypes and shapes."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.cats: list[list[torch.dtype]] = []
+        self.ops: list[tuple[str, list[torch.dtype], list[tuple[torch.dtype, tuple[int, ...]]]]] = []
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        if func is torch.cat:
-            tensors = args[0] if args else kwargs["tensors"]
-            self.cats.append([t.dtype for t in tensors])
-        return func(*args, **kwargs)
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        inputs = [t.dtype for t in _tensors((args, kwargs or {}))]
+        outputs = [(t.dtype, tuple(t.shape)) for t in _tensors(out)]
+        self.ops.append((func._schema.name.split("::")[-1], inputs, outputs))
+        return out
 
 
 def _reference(logprobs: torch.Tensor, token_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -84,20 +101,26 @@ def check(trees: Trees) -> None:
     token_ids = torch.tensor([VOCAB - 1, 70000, 40000, 3], dtype=torch.int64)
     ref_ids, ref_logprobs, ref_ranks = _reference(logprobs, token_ids)
 
+    ids_shape = (token_ids.shape[0], 1 + NUM_LOGPROBS)
     problems = []
     for name, run in (("_hpu_gather_logprobs (patches.py)", lambda: gather(logprobs, NUM_LOGPROBS, token_ids)),
                       ("HPUModelRunner._gather_prompt_logprobs_hpu",
                        lambda: gather_prompt(None, logprobs, NUM_LOGPROBS, token_ids))):
-        mode = _CatDtypes()
+        mode = _AtenOps()
         with mode:
             out = run()
-        if out.logprob_token_ids.dtype != torch.int32:
-            raise RuntimeError(f"{name}: ids dtype {out.logprob_token_ids.dtype}, expected int32")
-        if not (torch.equal(out.logprob_token_ids, ref_ids) and torch.equal(out.logprobs, ref_logprobs)
-                and torch.equal(out.selected_token_ranks, ref_ranks)):
-            raise RuntimeError(f"{name}: results differ from the reference: {out.logprob_token_ids.tolist()}")
-        int64_cats = [d for d in mode.cats if torch.int64 in d]
-        if int64_cats:
-            problems.append(f"{name} concatenates the token ids as int64 ({int64_cats}) and narrows to int32 only "
-                            "afterwards")
-    assert not problems, "; ".join(problems) + " (the int64 cat whose ids HPU lazy mode corrupts)"
+        assert out.logprob_token_ids.dtype == torch.int32, (
+            f"{name}: ids dtype {out.logprob_token_ids.dtype}, expected int32")
+        assert torch.equal(out.logprob_token_ids, ref_ids), (
+            f"{name}: ids differ from the reference: {out.logprob_token_ids.tolist()} != {ref_ids.tolist()}")
+        assert torch.equal(out.logprobs, ref_logprobs), f"{name}: logprobs differ from the reference"
+        assert torch.equal(out.selected_token_ranks, ref_ranks), (
+            f"{name}: ranks differ from the reference: {out.selected_token_ranks.tolist()} != {ref_ranks.tolist()}")
+        int64_concats = [(op, ins) for op, ins, _ in mode.ops if op in _CONCAT_OPS and torch.int64 in ins]
+        int64_ids = [op for op, _, outs in mode.ops if (torch.int64, ids_shape) in outs]
+        if int64_concats:
+            problems.append(f"{name} runs aten concatenations on int64 operands {int64_concats}")
+        if int64_ids:
+            problems.append(f"{name} assembles the {list(ids_shape)} token ids as int64 (by aten {int64_ids}) and "
+                            "narrows them to int32 only afterwards")
+    assert not problems, "; ".join(problems) + " (the int64 concatenation whose ids HPU lazy mode corrupts)"
