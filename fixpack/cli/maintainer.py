@@ -101,31 +101,58 @@ def lock(profile: str | None, sources: tuple[str, ...]) -> int:
 
 
 @click.command("build-site")
-@click.argument("site", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--profile", metavar="NAME", help=PROFILE_HELP)
+@click.argument("site", type=click.Path(path_type=Path))
+@click.option("--profile", metavar="NAME", help="The release to lay out. " + PROFILE_HELP)
 @click.option(
     "--vllm-gaudi",
     "vllm_gaudi",
     required=True,
     metavar="CHECKOUT|URL",
-    help="A vllm-gaudi git repository to clone: a URL or a local checkout (never written).",
+    help="A vllm-gaudi git repository to clone: a URL or a local checkout or clone (never written).",
 )
 @click.option(
     "--vllm-wheel",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="The vLLM wheel to install (default: pip download vllm==<pinned version>).",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="The vLLM wheel of the pinned version to install (default: pip download vllm==<pinned version>, ~300 MB).",
 )
-@click.option("--ref", help="The vllm-gaudi ref to check out (default: the pinned commit).")
+@click.option("--ref", metavar="REF", help="The vllm-gaudi ref to check out (default: the pinned commit).")
 @guard(_ok_error)
 def build_site(site: Path, profile: str | None, vllm_gaudi: str, vllm_wheel: Path | None, ref: str | None) -> int:
-    """Lay out SITE as the Gaudi image installs the release: vLLM's wheel and vllm-gaudi at its tag,
-    both pip-installed with --no-deps --target SITE."""
-    from ..commands.build_site import build
+    """Lay out SITE as the Gaudi image installs the release, to patch with --site SITE.
 
-    prof = catalog().default_profile(profile)
+    \b
+    1. Checks first, before any download: SITE is absent or an empty folder,
+       git and pip are there, --vllm-gaudi is a git repository that can be
+       reached and has the ref, --vllm-wheel is a wheel of the pinned vLLM.
+    2. Clones vllm-gaudi (a URL, or a local checkout: cloned, never written)
+       and checks out the pinned commit (or --ref).
+    3. Installs the build requirements that vllm-gaudi itself declares (its
+       pyproject.toml [build-system] requires, e.g. setuptools>=77,<80,
+       setuptools-scm) with pip into a private temporary folder, not into this
+       environment, unless this Python already satisfies all of them; pip needs
+       the package index (or --find-links) for that.
+    4. Builds vllm-gaudi with pip install --no-deps --no-build-isolation
+       --target, as the image does.
+    5. Downloads the vLLM wheel of the pinned version from the package index
+       (about 300 MB) unless --vllm-wheel FILE, and installs it the same way.
+
+    It builds in a temporary folder beside SITE and renames it into place at
+    the end: a failure or Ctrl-C leaves nothing behind, and a retry works.
+
+    \b
+    Next:
+      python3 fixes/apply_all.py --profile v0.26.0 --site SITE [OPT-IN ...]
+    """
+    from ..commands.build_site import build, next_step
+
+    book = catalog()
+    prof = book.default_profile(profile)
     for line in build(prof, site, vllm_gaudi, vllm_wheel, ref):
-        print(f"fixpack: {line}")
-    print(f"fixpack build-site: {site} is ready; next: python3 fixes/apply_all.py --profile {prof.name} --site {site}")
+        print(f"fixpack: {line}", flush=True)
+    if prof.opt_ins:
+        print(f"fixpack: opt-in fixes of {prof.name}, added by name after the command: {' '.join(prof.opt_ins)}")
+    print(f"next: {next_step(prof, site, book.root)}", flush=True)
     return 0
 
 

@@ -4,24 +4,102 @@ vLLM comes from its wheel (downloaded from the package index, or a file given), 
 git clone (of a URL or a local checkout) at the pinned commit; both are installed with
 ``pip install --no-deps --no-build-isolation --target SITE``, which leaves the dist-info, RECORD
 and ``_version.py`` an image has. Nothing is imported.
+
+The recipe, cheapest and likeliest to fail first:
+
+1. check every input before anything is downloaded: SITE (absent or an empty folder, its parent
+   writable), git and pip, ``--vllm-wheel`` (a wheel of the pinned vLLM version), ``--vllm-gaudi``
+   (a git repository, reachable, that has the ref);
+2. clone vllm-gaudi and check the ref out;
+3. read the build requirements vllm-gaudi declares (``[build-system] requires`` of its
+   pyproject.toml); when this interpreter does not satisfy all of them, ``pip install --target``
+   them into a private folder that the build sees first on ``PYTHONPATH`` (so nothing is
+   installed into the user's environment and an old setuptools there is shadowed);
+4. build and install vllm-gaudi, then get and install the vLLM wheel;
+5. rename the finished site into place.
+
+Everything is built in one temporary folder beside SITE (``.SITE.fixpack-build-XXXX``), removed
+at the end whatever happens (failure, Ctrl-C), so that a retry into the same SITE works.
+
+``build`` is a generator of progress lines: the caller prints each as it comes.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from ..cookbook.tomlfile import tomllib
 from ..errors import EnvironmentProblem, UsageError
 from ..models import Profile
 
+# PEP 518: a project without a [build-system] table is built with setuptools (pip's default).
+DEFAULT_REQUIRES = ("setuptools>=40.8.0",)
+LS_REMOTE_TIMEOUT = 120  # seconds for `git ls-remote` of a URL
+WHY_MAX_LINES = 40
 
-def _run(args: list[str], what: str, cwd: Path | None = None) -> None:
-    done = subprocess.run(args, capture_output=True, text=True, cwd=cwd)
+# A line that says why a pip or git step failed: pip's ERROR:/error:/×/╰─>/note:/hint: summary, a
+# subprocess's "configuration error: ..." or "ValueError: ...", git's "fatal: ...".
+_WHY = re.compile(r"error|fatal:|^\s*(×|╰─>|note:|hint:)", re.IGNORECASE)
+_HEX = re.compile(r"[0-9a-fA-F]{7,40}")
+
+
+def _run(args: list[str], what: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    """Run one step; its output, or EnvironmentProblem with the lines that say why in ``details``."""
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, cwd=cwd, env=env)
+    except OSError as exc:
+        raise EnvironmentProblem(f"{what} failed: cannot run {args[0]}: {exc}") from None
+    output = done.stdout + done.stderr
     if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise EnvironmentProblem(f"{what} failed (exit {done.returncode}): {' '.join(args)}", details=tail)
+        raise EnvironmentProblem(f"{what} failed (exit {done.returncode}): {shlex.join(args)}", details=why(output))
+    return output
+
+
+def why(output: str) -> str:
+    """The lines of a failed step's output that say why, not its last lines (often a schema dump).
+
+    Every line that mentions an error (pip's ``ERROR:``, ``error:``, ``×``, ``╰─>``, ``note:`` and
+    ``hint:`` summary, a build backend's ``configuration error: ...`` or ``ValueError: ...``, git's
+    ``fatal: ...``), in order, once each, skipping a traceback's source lines; then the last line.
+    Output with no such line: its last 15 lines.
+    """
+    lines = [line.rstrip() for line in output.splitlines()]
+    picked: list[str] = []
+    seen: set[str] = set()
+    after_file = False
+    for line in lines:
+        stripped = line.strip()
+        in_traceback_source = after_file
+        after_file = stripped.startswith('File "')
+        if after_file or in_traceback_source or not _WHY.search(line) or stripped in seen:
+            continue
+        seen.add(stripped)
+        picked.append(line)
+    nonblank = [line for line in lines if line.strip()]
+    if not picked:
+        return "\n".join(nonblank[-15:])
+    if len(picked) > WHY_MAX_LINES:
+        cut = len(picked) - WHY_MAX_LINES
+        picked = [*picked[: WHY_MAX_LINES // 2], f"  ... ({cut} more lines)", *picked[-WHY_MAX_LINES // 2 :]]
+    if nonblank and nonblank[-1].strip() not in seen:
+        picked.append(nonblank[-1])
+    return "\n".join(picked)
 
 
 def _pin(profile: Profile, dist: str) -> tuple[str, str]:
@@ -31,38 +109,273 @@ def _pin(profile: Profile, dist: str) -> tuple[str, str]:
     raise UsageError(f"profile {profile.name} has no pin for {dist}")
 
 
+def _mb(path: Path) -> str:
+    return f"{path.stat().st_size / 1e6:.0f} MB"
+
+
+def _since(start: float) -> str:
+    return f"{time.monotonic() - start:.0f} s"
+
+
+# --- the checks, before anything is downloaded ------------------------------------------------
+
+
+def check_target(site: Path) -> None:
+    """SITE is absent or an empty folder, and the folder it goes in can be written."""
+    if site.exists() or site.is_symlink():
+        if not site.is_dir():
+            raise UsageError(f"{site} exists and is not a folder; give a new folder")
+        if any(site.iterdir()):
+            raise UsageError(f"{site} exists and is not empty; give a new folder")
+    ancestor = site.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"{site}: {ancestor} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise EnvironmentProblem(f"{ancestor} is not writable: cannot build {site} there")
+
+
+def check_tools() -> None:
+    if shutil.which("git") is None:
+        raise EnvironmentProblem("git is not on PATH: build-site clones vllm-gaudi with it; install git")
+    if importlib.util.find_spec("pip") is None:
+        raise EnvironmentProblem(f"pip is not installed for {sys.executable}: run {sys.executable} -m ensurepip")
+
+
+def check_wheel(wheel: Path, version: str) -> None:
+    """``--vllm-wheel`` is a wheel file of vllm at the pinned version."""
+    if not wheel.is_file():
+        raise UsageError(f"--vllm-wheel {wheel}: no such file")
+    try:
+        name, wheel_version, _, _ = parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename:
+        raise UsageError(f"--vllm-wheel {wheel}: not a wheel file name (vllm-{version}-...whl)") from None
+    if name != canonicalize_name("vllm") or wheel_version != Version(version):
+        raise UsageError(f"--vllm-wheel {wheel.name} is {name} {wheel_version}; the profile pins vllm {version}")
+    if not zipfile.is_zipfile(wheel):
+        raise UsageError(f"--vllm-wheel {wheel}: not a zip file (an incomplete download?)")
+
+
+def _is_url(source: str) -> bool:
+    return "://" in source or re.match(r"^[\w.-]+@[\w.-]+:", source) is not None
+
+
+def check_repo(source: str, ref: str) -> str:
+    """``--vllm-gaudi`` is a git repository that can be reached and has ``ref``.
+
+    A local path: a repository (bare or the top of a checkout) in which ``ref`` names a commit.
+    A URL: ``git ls-remote`` answers, and lists ``ref`` as a tag or branch; a commit id that it does
+    not list (one below a tag) is checked right after the clone, still before any download.
+    Returns a line for the progress output.
+    """
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")  # a wrong URL fails instead of asking for a password
+    local = Path(source).expanduser()
+    if local.exists():
+        git = ["git", "-C", str(local)]
+        bare = subprocess.run([*git, "rev-parse", "--is-bare-repository"], capture_output=True, text=True, env=env)
+        top = subprocess.run([*git, "rev-parse", "--show-toplevel"], capture_output=True, text=True, env=env)
+        is_repo = bare.returncode == 0 and (
+            bare.stdout.strip() == "true"
+            or (top.returncode == 0 and Path(top.stdout.strip()).resolve() == local.resolve())
+        )
+        if not is_repo:
+            raise UsageError(f"--vllm-gaudi {source} is not a git repository (a clone or checkout of vllm-gaudi)")
+        found = subprocess.run(
+            [*git, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], capture_output=True, text=True, env=env
+        )
+        if found.returncode != 0:
+            raise UsageError(f"--vllm-gaudi {source} has no commit {ref} (fetch it, or give --ref)")
+        return f"vllm-gaudi: {source} has {ref} ({found.stdout.strip()[:12]})"
+    if not _is_url(source):
+        raise UsageError(f"--vllm-gaudi {source}: no such folder, and not a git URL")
+    try:
+        listed = subprocess.run(
+            ["git", "ls-remote", source], capture_output=True, text=True, env=env, timeout=LS_REMOTE_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        raise EnvironmentProblem(
+            f"--vllm-gaudi {source}: git ls-remote got no answer in {LS_REMOTE_TIMEOUT} s"
+        ) from None
+    if listed.returncode != 0:
+        raise EnvironmentProblem(
+            f"--vllm-gaudi {source} cannot be reached (git ls-remote exit {listed.returncode})",
+            details=why(listed.stdout + listed.stderr),
+        )
+    refs = [line.split("\t", 1) for line in listed.stdout.splitlines() if "\t" in line]
+    names = {name.removesuffix("^{}") for _, name in refs}
+    if {ref, f"refs/tags/{ref}", f"refs/heads/{ref}"} & names:
+        return f"vllm-gaudi: {source} has {ref}"
+    if _HEX.fullmatch(ref):
+        if any(sha.startswith(ref.lower()) for sha, _ in refs):
+            return f"vllm-gaudi: {source} has {ref}"
+        return f"vllm-gaudi: {source} answers; commit {ref} is checked after the clone"
+    raise UsageError(f"--vllm-gaudi {source} has no tag or branch {ref}")
+
+
+# --- the build requirements vllm-gaudi declares ----------------------------------------------
+
+
+def build_requires(checkout: Path) -> list[str]:
+    """``[build-system] requires`` of the checkout's pyproject.toml (PEP 518), markers applied."""
+    pyproject = checkout / "pyproject.toml"
+    declared: object = list(DEFAULT_REQUIRES)
+    if pyproject.is_file():
+        try:
+            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise UsageError(f"vllm-gaudi's pyproject.toml cannot be read: {exc}") from None
+        if "build-system" in data:
+            declared = data["build-system"].get("requires", [])
+    if not isinstance(declared, list) or not all(isinstance(r, str) for r in declared):
+        raise UsageError("vllm-gaudi's pyproject.toml: [build-system] requires is not a list of strings")
+    out = []
+    for text in declared:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as exc:
+            raise UsageError(f"vllm-gaudi's pyproject.toml: bad build requirement {text!r}: {exc}") from None
+        if req.marker is None or req.marker.evaluate():
+            out.append(text)
+    return out
+
+
+def unsatisfied(requirements: list[str]) -> list[str]:
+    """Why each requirement this interpreter does not satisfy is not, e.g. 'setuptools>=77 (65.5.0 here)'."""
+    missing = []
+    for text in requirements:
+        req = Requirement(text)
+        try:
+            have = importlib.metadata.version(req.name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(f"{text} (not installed here)")
+            continue
+        if not req.specifier.contains(have, prereleases=True):
+            missing.append(f"{text} ({req.name} {have} here)")
+    return missing
+
+
+# --- the build ---------------------------------------------------------------------------------
+
+
 def build(
     profile: Profile, site: Path, vllm_gaudi: str, vllm_wheel: Path | None = None, tag: str | None = None
-) -> list[str]:
-    """Install both distributions into ``site``; returns what was done, for the report."""
-    if site.exists() and any(site.iterdir()):
-        raise UsageError(f"{site} exists and is not empty; give a new folder")
-    site.mkdir(parents=True, exist_ok=True)
-    done: list[str] = []
+) -> Iterator[str]:
+    """Install both distributions into ``site``, yielding a line for each step as it starts or ends."""
     vllm_version, _ = _pin(profile, "vllm")
-    _, gaudi_commit = _pin(profile, "vllm-gaudi")
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    with tempfile.TemporaryDirectory(prefix="fixpack-site-") as tmp:
-        work = Path(tmp)
-        if vllm_wheel is None:
-            _run([*pip, "download", "--no-deps", "-d", str(work), f"vllm=={vllm_version}"], "downloading vLLM")
-            wheels = sorted(work.glob("vllm-*.whl"))
-            if not wheels:
-                raise EnvironmentProblem(f"pip download gave no vllm wheel in {work}")
-            vllm_wheel = wheels[0]
-            done.append(f"downloaded {vllm_wheel.name}")
-        _run([*pip, "install", "--no-deps", "--target", str(site), str(vllm_wheel)], "installing vLLM")
-        done.append(f"installed {vllm_wheel.name}")
+    gaudi_version, gaudi_commit = _pin(profile, "vllm-gaudi")
+    ref = tag or gaudi_commit or profile.release
+    site = Path(os.path.abspath(site.expanduser()))
 
-        checkout = work / "vllm-gaudi"
+    check_target(site)
+    check_tools()
+    if vllm_wheel is not None:
+        check_wheel(vllm_wheel, vllm_version)
+    yield f"checking vllm-gaudi {vllm_gaudi} at {ref}"
+    yield check_repo(vllm_gaudi, ref)
+
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    created = []  # the parents made here, removed again on failure
+    parent = site.parent
+    while not parent.exists():
+        created.append(parent)
+        parent = parent.parent
+    site.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{site.name}.fixpack-build-", dir=site.parent))
+    ready = False
+    try:
+        staging = tmp / "site"
+        staging.mkdir()
+        checkout = tmp / "vllm-gaudi"
+        yield f"building in {tmp} (removed at the end, whatever happens)"
+
         # A clone, of a URL or a local checkout alike: the build never writes into the maintainer's
         # checkout, and the tags that setuptools-scm reads the version from come along.
+        start = time.monotonic()
+        yield f"cloning vllm-gaudi from {vllm_gaudi}"
         _run(["git", "clone", "--quiet", "--no-checkout", vllm_gaudi, str(checkout)], "cloning vllm-gaudi")
-        ref = tag or gaudi_commit or profile.release
-        _run(["git", "-c", "advice.detachedHead=false", "checkout", "--quiet", ref], f"checking out {ref}", checkout)
-        _run(
-            [*pip, "install", "--no-deps", "--no-build-isolation", "--target", str(site), str(checkout)],
-            "installing vllm-gaudi (needs setuptools and setuptools-scm)",
+        try:
+            _run(
+                ["git", "-c", "advice.detachedHead=false", "checkout", "--quiet", ref], f"checking out {ref}", checkout
+            )
+        except EnvironmentProblem as exc:
+            raise UsageError(
+                f"--vllm-gaudi {vllm_gaudi} has no commit {ref} (give --ref)", details=exc.details
+            ) from None
+        head = _run(["git", "rev-parse", "HEAD"], "reading the checked-out commit", checkout).strip()
+        yield f"cloned and checked out {ref} ({head[:12]}) in {_since(start)}"
+
+        requires = build_requires(checkout)
+        missing = unsatisfied(requires)
+        env = None
+        if not missing:
+            yield f"vllm-gaudi's build requirements are satisfied by {sys.executable}: {', '.join(requires) or 'none'}"
+        else:
+            buildenv = tmp / "buildenv"
+            start = time.monotonic()
+            yield (
+                f"installing vllm-gaudi's build requirements ([build-system] requires of its pyproject.toml: "
+                f"{', '.join(requires)}) into a private folder, {buildenv}, not into this environment; "
+                f"not satisfied here: {', '.join(missing)}"
+            )
+            _run([*pip, "install", "--target", str(buildenv), *requires], "installing vllm-gaudi's build requirements")
+            yield f"installed the build requirements in {_since(start)}"
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(buildenv), env.get("PYTHONPATH", "")) if p)
+
+        start = time.monotonic()
+        yield (
+            f"building vllm-gaudi {gaudi_version} at {ref} (pip install --no-deps --no-build-isolation --target"
+            + (", the build requirements first on PYTHONPATH)" if env else ")")
         )
-        done.append(f"installed vllm-gaudi from {vllm_gaudi} at {ref}")
-    return done
+        _run(
+            [*pip, "install", "--no-deps", "--no-build-isolation", "--target", str(staging), str(checkout)],
+            "building and installing vllm-gaudi",
+            env=env,
+        )
+        yield f"installed vllm-gaudi in {_since(start)}"
+
+        if vllm_wheel is None:
+            download = tmp / "download"
+            start = time.monotonic()
+            yield f"downloading vllm=={vllm_version} from the package index (a ~300 MB wheel; no progress shown)"
+            _run([*pip, "download", "--no-deps", "-d", str(download), f"vllm=={vllm_version}"], "downloading vLLM")
+            wheels = sorted(download.glob("vllm-*.whl"))
+            if not wheels:
+                raise EnvironmentProblem(f"pip download vllm=={vllm_version} gave no wheel (only an sdist?)")
+            vllm_wheel = wheels[0]
+            yield f"downloaded {vllm_wheel.name} ({_mb(vllm_wheel)}) in {_since(start)}"
+        start = time.monotonic()
+        yield f"installing {vllm_wheel.name} ({_mb(vllm_wheel)}) (pip install --no-deps --target)"
+        _run([*pip, "install", "--no-deps", "--target", str(staging), str(vllm_wheel)], "installing vLLM")
+        yield f"installed vLLM in {_since(start)}"
+
+        try:
+            if site.is_dir():
+                site.rmdir()  # the empty folder checked at the start
+            staging.rename(site)
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot move the built site into place at {site}: {exc}") from None
+        ready = True
+        yield f"built {site}: vllm {vllm_version} and vllm-gaudi {gaudi_version} at {head[:12]}"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not ready:
+            for folder in created:  # deepest first
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+
+
+def next_step(profile: Profile, site: Path, cookbook: Path) -> str:
+    """The apply command to run next, as one that works from here: this Python, this cookbook."""
+    python = shutil.which("python3")
+    same = python is not None and Path(python).absolute().parent == Path(sys.executable).absolute().parent
+    script = cookbook / "fixes" / "apply_all.py"
+    try:
+        script = script.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    command = ["python3" if same else sys.executable, str(script), "--profile", profile.name]
+    return shlex.join([*command, "--site", os.path.abspath(site)])

@@ -15,7 +15,7 @@ else:  # pragma: no cover - Python 3.10
 
 from ..errors import UsageError
 
-__all__ = ["read", "field", "quote", "invalid"]
+__all__ = ["tomllib", "read", "field", "quote", "invalid"]
 
 
 def invalid(where: Path, reason: str) -> UsageError:
