@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..errors import FixpackError, UsageError
+from ..errors import EnvironmentProblem, FixpackError, UsageError
 from . import render
 from .options import JSON, SITE, SOURCE, catalog, guard
 from .options import sources as parse_sources
@@ -47,6 +47,7 @@ def verify(
     book = catalog()
     chosen = [book.profile(p) for p in profiles] if profiles else list(book.profiles.values())
     roots = parse_sources(sources)
+    _proofs_can_run()
     for prof in chosen:
         missing = [p.dist for p in prof.pins if p.dist not in roots]
         if missing:
@@ -60,6 +61,19 @@ def verify(
     else:
         render.verify_human(verdicts)
     return 0 if all(v.ok for v in verdicts) else 1
+
+
+def _proofs_can_run() -> None:
+    """Proofs run the trees' code on CPU torch and numpy: without them say so once, not per proof."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "numpy") if importlib.util.find_spec(m) is None]
+    if missing:
+        line = " ".join(["'torch==2.13.0'" if m == "torch" else m for m in missing])
+        raise EnvironmentProblem(
+            f"the proofs need {' and '.join(missing)}, which this Python lacks: "
+            f"{Path(sys.executable).name} -m pip install {line}"
+        )
 
 
 @click.command()

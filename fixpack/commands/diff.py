@@ -71,6 +71,15 @@ def _wrap(text: str) -> str:
     )
 
 
+def _header(text: str) -> str:
+    """A header value as git writes it: RFC 2047 encoded when it is not plain ASCII."""
+    if text.isascii():
+        return text
+    from email.header import Header
+
+    return Header(text, "utf-8").encode()
+
+
 def mbox(plan: Plan, profile: Profile, dist: str | None = None, author: str = "", now: datetime | None = None) -> str:
     msgs = messages(plan, dist)
     when = format_datetime(now or datetime.now(timezone.utc))
@@ -86,9 +95,12 @@ def mbox(plan: Plan, profile: Profile, dist: str | None = None, author: str = ""
         number = f"[PATCH {n}/{len(msgs)}]" if len(msgs) > 1 else "[PATCH]"
         parts.append(
             "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
-            f"From: {author}\n"
+            f"From: {_header(author)}\n"
             f"Date: {when}\n"
-            f"Subject: {number} {m.fix.title}\n"
+            f"Subject: {_header(f'{number} {m.fix.title}')}\n"
+            "MIME-Version: 1.0\n"
+            "Content-Type: text/plain; charset=UTF-8\n"
+            "Content-Transfer-Encoding: 8bit\n"
             "\n"
             f"{_wrap(m.fix.why)}\n"
             "\n"

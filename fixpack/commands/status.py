@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..cookbook.catalog import Catalog
+from ..errors import EnvironmentProblem
 from ..models import FileState, Fix
 from ..site.destination import InPlace
 from ..site.distributions import Environment
-from ..site.manifest import Manifest
 from ..site.state import read_manifest
 from .results import StatusResult
 from .steps import InstalledFile, installed, recognise_files
@@ -36,14 +36,15 @@ def _fix_state(fix: Fix, release: str, files: dict[str, InstalledFile]) -> FileS
 def status(catalog: Catalog, profile_name: str | None, site: Path | None) -> StatusResult:
     env = Environment.read(all_pins(catalog), site)
     notes: list[str] = []
-    manifest = Manifest()
-    if env.found:
-        destination = InPlace(env.state_dir)
-        with destination.locked():
-            recovered = destination.recover()
-            if recovered:
-                notes.append(recovered)
-            manifest = read_manifest(destination.state_dir, catalog.fixes, catalog.root)
+    if not env.found:
+        where = f"in {site}" if site is not None else "in this interpreter's path (use --site DIR?)"
+        raise EnvironmentProblem(f"neither of {', '.join(sorted(env.wanted))} is installed {where}")
+    destination = InPlace(env.state_dir)
+    with destination.locked():
+        recovered = destination.recover()
+        if recovered:
+            notes.append(recovered)
+        manifest = read_manifest(destination.state_dir, catalog.fixes, catalog.root)
     name = profile_name or manifest.profile
     if name is None:
         return StatusResult(None, list(env.found.values()), [], notes, manifest)
