@@ -1,0 +1,1 @@
+"""The pure core: bytes in, bytes out; no file system, subprocess or click."""

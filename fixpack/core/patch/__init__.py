@@ -1,0 +1,26 @@
+"""A git-exact unified-diff engine: parse, apply (and reverse), render. Standard library only."""
+
+from __future__ import annotations
+
+from .apply import HunkFailed, apply, apply_chain
+from .model import ENC, ERRORS, FileDiff, FileEntry, Hunk, PatchError, UnsupportedPatch, split_lines
+from .parse import index, parse, split_files
+from .render import render
+
+__all__ = [
+    "ENC",
+    "ERRORS",
+    "FileDiff",
+    "FileEntry",
+    "Hunk",
+    "HunkFailed",
+    "PatchError",
+    "UnsupportedPatch",
+    "apply",
+    "apply_chain",
+    "index",
+    "parse",
+    "render",
+    "split_files",
+    "split_lines",
+]
