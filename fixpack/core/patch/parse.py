@@ -311,7 +311,7 @@ def _file(lines: list[str], header: _Header, end: int, text: str) -> FileDiff:
     while j < end and lines[j].startswith("@@ -"):
         hunk, j = _hunk(lines, j, end, len(hunks) + 1, path)
         hunks.append(hunk)
-    if header.has_hunks and not hunks:
+    if header.has_hunks and not hunks and not (header.creates or header.deletes):
         raise PatchError("---/+++ lines but no hunk", path)
     if not header.has_hunks and not (header.creates or header.deletes):
         raise PatchError("no change (a git header without hunks)", path)
