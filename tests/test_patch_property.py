@@ -110,10 +110,12 @@ def repo():
 
 
 @st.composite
-def files(draw: st.DrawFn) -> tuple[bytes | None, bytes | None]:
-    """An old file and a new one made from it by a few line edits (either may be absent)."""
-    endings = STYLES[draw(st.sampled_from(sorted(STYLES)))]
-    line = st.tuples(st.sampled_from(BODIES), st.sampled_from(endings)).map("".join)
+def files(draw: st.DrawFn, lf_only: bool = False) -> tuple[bytes | None, bytes | None]:
+    """An old file and a new one made from it by a few line edits (either may be absent; with
+    ``lf_only``, both present and without a CR)."""
+    endings = STYLES["lf" if lf_only else draw(st.sampled_from(sorted(STYLES)))]
+    bodies = [b for b in BODIES if "\r" not in b] if lf_only else BODIES
+    line = st.tuples(st.sampled_from(bodies), st.sampled_from(endings)).map("".join)
     old = draw(st.lists(line, max_size=30))
     new = list(old)
     for _ in range(draw(st.integers(0, 4))):
@@ -126,14 +128,13 @@ def files(draw: st.DrawFn) -> tuple[bytes | None, bytes | None]:
         elif kind == "replace":
             new[at] = draw(line)
         else:
-            new[at] = patch.split_lines(new[at])[0].rstrip("\n").removesuffix("\r") + draw(
-                st.sampled_from(["\n", "\r\n"])
-            )
+            ending = draw(st.sampled_from(endings if lf_only else ["\n", "\r\n"]))
+            new[at] = patch.split_lines(new[at])[0].rstrip("\n").removesuffix("\r") + ending
     for lines in (old, new):
         if lines and draw(st.integers(0, 3)) == 0:
             lines[-1] = lines[-1].rstrip("\n")  # no newline at the end (an \r may remain)
     a, b = "".join(old).encode(), "".join(new).encode()
-    presence = draw(st.sampled_from(["edit"] * 8 + ["create", "delete"]))
+    presence = "edit" if lf_only else draw(st.sampled_from(["edit"] * 8 + ["create", "delete"]))
     return (None if presence == "create" else a), (None if presence == "delete" else b)
 
 
@@ -170,7 +171,7 @@ def test_rendered_diffs_apply_in_git_as_in_the_engine(repo: Repo, pair: tuple[by
 
 
 @SETTINGS
-@given(files())
+@given(files(lf_only=True))
 def test_an_lf_diff_applies_to_the_crlf_copy_and_reverses(repo: Repo, pair: tuple[bytes | None, bytes | None]):
     old, new = pair
     assume(old is not None and new is not None and old != new)
@@ -183,3 +184,39 @@ def test_an_lf_diff_applies_to_the_crlf_copy_and_reverses(repo: Repo, pair: tupl
     crlf_old, crlf_new = old.replace(b"\n", b"\r\n"), new.replace(b"\n", b"\r\n")
     assert patch.apply(fd, crlf_old) == crlf_new
     assert patch.apply(fd.reversed(), crlf_new) == crlf_old
+
+
+@st.composite
+def perturbed(draw: st.DrawFn) -> tuple[bytes, bytes, bytes]:
+    """An LF file, an edit of it, and a third file: the first with a few unrelated lines added or
+    removed (where the edit's hunks must be found at an offset, or fail)."""
+    pool = ["a\n", "b\n", "c\n", "d\n", "x\n", "\n"]
+    old = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=25))
+    new, target = list(old), list(old)
+    for lines, extra in ((new, "N\n"), (target, "T\n")):
+        for _ in range(draw(st.integers(1 if lines is new else 0, 3))):
+            at = draw(st.integers(0, len(lines)))
+            if draw(st.booleans()) or at == len(lines):
+                lines[at:at] = [draw(st.sampled_from([*pool, extra]))]
+            else:
+                del lines[at]
+    return "".join(old).encode(), "".join(new).encode(), "".join(target).encode()
+
+
+@SETTINGS
+@given(perturbed())
+def test_on_another_file_the_engine_succeeds_and_fails_as_git_does(repo: Repo, triple: tuple[bytes, bytes, bytes]):
+    """Same offsets, anchors and refusals as ``git apply`` (on LF files, where no fuzz and exact
+    matching mean the same for both)."""
+    old, new, target = triple
+    assume(old != new)
+    text = patch.render("f", old, new)
+    try:
+        ours = patch.apply(patch.parse(text)[0], target)
+    except patch.HunkFailed:
+        ours = None
+    try:
+        theirs = repo.apply(text, target)
+    except AssertionError:  # git apply refused
+        theirs = None
+    assert ours == theirs
