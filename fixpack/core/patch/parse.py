@@ -35,6 +35,7 @@ _EXTENDED = (
     "GIT binary patch",
     "Binary files ",
 )
+_HEADS = frozenset("d-@B")  # the first characters of the lines _cut looks at
 _REGULAR = "100644"
 _EXECUTABLE = "100755"
 
@@ -192,6 +193,9 @@ def _cut(text: str) -> tuple[list[str], list[_Header]]:
     i, n = 0, len(lines)
     while i < n:
         line = lines[i]
+        if line[:1] not in _HEADS:  # most lines: hunk context and additions
+            i += 1
+            continue
         if line.startswith("diff --git "):
             header = _git_header(lines, i)
         elif line.startswith("--- ") and i + 2 < n and lines[i + 1].startswith("+++ ") and lines[i + 2][:4] == "@@ -":
