@@ -178,7 +178,10 @@ def _finish(old: str, new: str, creates: bool, deletes: bool, start: int, body: 
     new_path = None if deletes else new
     path = new_path or old_path
     if creates and deletes or path is None or path == _DEV_NULL:
-        raise PatchError("both sides of the diff are /dev/null", path if path != _DEV_NULL else None)
+        raise PatchError(
+            "the diff both creates and deletes the file (/dev/null on both sides?)",
+            next((name for name in (new, old) if name != _DEV_NULL), None),
+        )
     if old_path is not None and new_path is not None and old_path != new_path:
         raise UnsupportedPatch(f"old and new paths differ ({old_path!r}): fixpack does not rename files", new_path)
     return _Header(path, old_path, new_path, creates, deletes, start, body, hunks)
