@@ -1,6 +1,11 @@
-"""The unified-diff engine: parse, apply, render. Pure: no file system."""
+"""A git-exact unified-diff engine: parse, apply (and reverse), render. Standard library only."""
 
-from ._legacy import ENC, ERRORS, FileDiff, FileEntry, Hunk, HunkFailed, apply, apply_chain, index, render, split_files
+from __future__ import annotations
+
+from .apply import HunkFailed, apply, apply_chain
+from .model import ENC, ERRORS, FileDiff, FileEntry, Hunk, PatchError, UnsupportedPatch, split_lines
+from .parse import index, parse, split_files
+from .render import render
 
 __all__ = [
     "ENC",
@@ -9,9 +14,13 @@ __all__ = [
     "FileEntry",
     "Hunk",
     "HunkFailed",
+    "PatchError",
+    "UnsupportedPatch",
     "apply",
     "apply_chain",
     "index",
+    "parse",
     "render",
     "split_files",
+    "split_lines",
 ]
