@@ -9,9 +9,24 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-REQUIREMENTS = {"click": "click>=8", "packaging": "packaging>=21", "unidiff": "unidiff>=0.7"}
-if sys.version_info < (3, 11):
-    REQUIREMENTS["tomli"] = "tomli>=1.1"
+
+
+def requirements() -> dict[str, str]:
+    """Module -> requirement, from the one list fixpack's pyproject.toml reads too. Each name is
+    its import name; the one marker used there (python_version < "X.Y") is evaluated here."""
+    out = {}
+    with open(os.path.join(ROOT, "requirements.txt"), encoding="utf-8") as fh:
+        for line in fh:
+            spec, _, marker = line.split("#", 1)[0].strip().partition(";")
+            if not spec:
+                continue
+            if marker.strip().startswith("python_version <"):
+                bound = tuple(int(x) for x in marker.split("<", 1)[1].strip(" \"'").split("."))
+                if sys.version_info[:2] >= bound:
+                    continue
+            name = spec.split(">", 1)[0].split("=", 1)[0].split("<", 1)[0].split("[", 1)[0].strip()
+            out[name] = spec.strip()
+    return out
 
 
 def main() -> None:
@@ -21,7 +36,7 @@ def main() -> None:
     if try_warm(sys.argv[1:], ROOT) == 0:  # already applied and unchanged: nothing else is imported
         sys.exit(0)
     missing = []
-    for module, requirement in REQUIREMENTS.items():
+    for module, requirement in requirements().items():
         try:
             __import__(module)
         except ImportError:

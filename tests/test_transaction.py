@@ -192,7 +192,7 @@ def test_apply_all_runs_apply_and_reports_missing_dependencies(cookbook, site, t
     assert "3 applied" in r.stdout
     shadow = tmp_path / "shadow"
     shadow.mkdir()
-    (shadow / "unidiff.py").write_text("raise ImportError('no unidiff here')\n")
+    (shadow / "click.py").write_text("raise ImportError('no click here')\n")
     fresh = make_site(tmp_path / "fresh")  # the applied site above takes the fast path, which needs none
     r = subprocess.run(
         [sys.executable, str(script), "--profile", "v0.26.0", "--site", str(fresh.path)],
@@ -202,7 +202,7 @@ def test_apply_all_runs_apply_and_reports_missing_dependencies(cookbook, site, t
         cwd=tmp_path,
     )
     assert r.returncode == 3
-    assert "-m pip install 'unidiff>=0.7'" in r.stderr
+    assert "-m pip install 'click>=8'" in r.stderr
 
 
 def test_a_write_that_fails_midway_is_rolled_back_at_once(cookbook, site, monkeypatch):
