@@ -85,7 +85,7 @@ def apply(
             action = Action.ALREADY_APPLIED if done else (Action.WOULD_APPLY if dry_run else Action.APPLIED)
             result.fixes.append(FixResult(fix.id, action, None, counts.get(fix.id, []), plan.pulled_in.get(fix.id)))
         new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, records)
-        writes = write_set(files, new, new_manifest, manifest, destination.state_dir)
+        writes = write_set(files, new, new_manifest, manifest, destination.state_dir, list(dists.values()))
         if dry_run:
             destination.check(writes)
             return result
@@ -95,7 +95,7 @@ def apply(
             targets = _targets(records, dists)
             stamp = warm.make_stamp(key, list(dists.values()), destination.state_dir, targets, render(done))
             new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, records, warm=stamp)
-            writes = write_set(files, new, new_manifest, manifest, destination.state_dir)
+            writes = write_set(files, new, new_manifest, manifest, destination.state_dir, list(dists.values()))
         destination.commit(writes)
     return result
 

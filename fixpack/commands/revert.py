@@ -58,7 +58,7 @@ def revert(catalog: Catalog, names: tuple[str, ...], site: Path | None, dry_run:
                 why = None if needs is None or not names else f"depends on {needs}, which is being reverted"
                 result.fixes.append(FixResult(fid, Action.WOULD_REVERT if dry_run else Action.REVERTED, why))
         new_manifest = Manifest(profile.name, profile.release, keep, records) if keep else Manifest()
-        writes = write_set(files, new, new_manifest, manifest, destination.state_dir)
+        writes = write_set(files, new, new_manifest, manifest, destination.state_dir, list(dists.values()))
         if dry_run:
             destination.check(writes)
         else:

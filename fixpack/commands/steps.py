@@ -4,7 +4,7 @@ check its commits, recognise each file, rebuild the new contents, and turn them 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..core import rebuild, recognise
@@ -17,6 +17,7 @@ from ..site.destination import Write
 from ..site.distributions import Distribution, Environment
 from ..site.layout import MANIFEST
 from ..site.manifest import Manifest
+from ..site.record import rewrite_record
 from ..site.state import pristine_copy, read_file
 
 __all__ = [
@@ -181,18 +182,79 @@ def write_set(
     new_manifest: Manifest,
     old_manifest: Manifest,
     state_dir: Path,
+    dists: list[Distribution],
 ) -> list[Write]:
-    """The writes that take the site from what it is to ``new``: targets, pristine copies, manifest."""
+    """The writes that take the site from what it is to ``new``: targets, pristine copies, each
+    distribution's RECORD kept true to what is installed, and the manifest."""
     writes = [Write(f.dist.file(path), new[path]) for path, f in files.items() if new[path] != f.current]
+    kept: dict[str, bytes] = {}
     for path, f in files.items():  # keep the release's bytes of every patched file, and only those
         keep = f.base.pristine if path in new_manifest.files else None
+        if keep is not None:
+            kept[path] = keep
         if keep != f.stored:
             writes.append(Write(pristine_copy(state_dir, path), keep))
+    record_writes, records = _records(files, new, new_manifest, old_manifest, state_dir, dists, kept)
+    writes += record_writes
+    new_manifest = replace(new_manifest, records=records)
     if writes or not new_manifest.same_content(old_manifest):
         content = None if new_manifest.empty else new_manifest.to_bytes()
         if content is not None or (state_dir / MANIFEST).exists():
             writes.append(Write(state_dir / MANIFEST, content))
     return writes
+
+
+def _records(
+    files: dict[str, InstalledFile],
+    new: dict[str, bytes | None],
+    new_manifest: Manifest,
+    old_manifest: Manifest,
+    state_dir: Path,
+    dists: list[Distribution],
+    kept: dict[str, bytes],
+) -> tuple[list[Write], dict[str, str]]:
+    """Each installed (not editable) distribution's RECORD as pip must find it: the hashes of the
+    files fixes changed, the files they created, and, in the RECORD of the distribution whose
+    site holds the state directory, fixpack's state, so that ``pip uninstall`` leaves nothing of
+    fixpack behind. The pip-written RECORD is kept beside the pristine copies and written back,
+    byte for byte, when the last fix goes."""
+    bases: dict[str, tuple[Distribution, bytes | None, bytes]] = {}
+    for d in sorted({d.name: d for d in dists if not d.editable}.values(), key=lambda d: d.name):
+        current = read_file(d.dist_info / "RECORD")
+        stored = read_file(pristine_copy(state_dir, _record_key(d)))
+        as_left = stored is not None and sha256(current) == old_manifest.records.get(d.dist_info.name)
+        base = stored if as_left else current  # pip wrote the RECORD that is there now: it is the base
+        if base is not None:
+            bases[d.dist_info.name] = (d, current, base)
+    owner = next((n for n, (d, _, _) in bases.items() if d.site == state_dir.parent), None)
+    state_rows = {_state_row(state_dir, p): c for p, c in kept.items()}
+    state_rows.update({_state_row(state_dir, _record_key(d)): base for d, _, base in bases.values()})
+    writes, records = [], {}
+    for name, (d, current, base) in bases.items():
+        if new_manifest.empty:
+            record, keep = base, None
+        else:
+            changed = {p: new[p] for p in new_manifest.files if files[p].dist.name == d.name}
+            extra = state_rows if name == owner else {}
+            unhashed = [_state_row(state_dir, MANIFEST)] if name == owner else []
+            record, keep = rewrite_record(base, {**changed, **extra}, unhashed), base
+            records[name] = sha256(record) or ""
+        if record != current:
+            writes.append(Write(d.dist_info / "RECORD", record))
+        if keep != read_file(pristine_copy(state_dir, _record_key(d))):
+            writes.append(Write(pristine_copy(state_dir, _record_key(d)), keep))
+    return writes, records
+
+
+def _record_key(d: Distribution) -> str:
+    """Where a distribution's pip-written RECORD is kept among the pristine copies."""
+    return f"{d.dist_info.name}/RECORD"
+
+
+def _state_row(state_dir: Path, path: str) -> str:
+    """A state file's path as RECORD lists it: relative to the site that holds the state directory."""
+    full = pristine_copy(state_dir, path) if path != MANIFEST else state_dir / MANIFEST
+    return full.relative_to(state_dir.parent).as_posix()
 
 
 def nothing_changed(refused: Refused) -> Refused:

@@ -22,6 +22,7 @@ class Manifest:
     files: dict[str, FileRecord] = field(default_factory=dict)
     time: str = ""
     warm: dict | None = None  # fastpath's stamp: what an already-applied re-run checks and prints
+    records: dict[str, str] = field(default_factory=dict)  # dist-info name -> sha256 of the RECORD apply wrote
 
     def steps(self, path: str) -> tuple[tuple[str, str], ...]:
         """(fix id, patch digest) of each change recorded for ``path``, in order."""
@@ -50,6 +51,8 @@ class Manifest:
                 for path, r in sorted(self.files.items())
             },
         }
+        if self.records:
+            data["records"] = dict(sorted(self.records.items()))
         if self.warm is not None:
             data["warm"] = self.warm
         return (json.dumps(data, indent=2) + "\n").encode()
@@ -72,12 +75,14 @@ class Manifest:
             files,
             data.get("time", ""),
             data.get("warm"),
+            dict(data.get("records", {})),
         )
 
     def same_content(self, other: Manifest) -> bool:
-        return (self.profile, self.release, self.fixes, self.files) == (
+        return (self.profile, self.release, self.fixes, self.files, self.records) == (
             other.profile,
             other.release,
             other.fixes,
             other.files,
+            other.records,
         )

@@ -10,7 +10,7 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Row", "read_record", "render_record", "row_for"]
+__all__ = ["Row", "parse_record", "read_record", "render_record", "row_for", "rewrite_record"]
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,15 @@ def _hex(field: str) -> str | None:
 def read_record(dist_info: Path) -> list[Row]:
     """The rows of ``dist_info/RECORD`` (csv: quoted paths with commas are one field); [] if absent."""
     try:
-        text = (dist_info / "RECORD").read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        return parse_record((dist_info / "RECORD").read_bytes())
+    except OSError:
+        return []
+
+
+def parse_record(raw: bytes) -> list[Row]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
         return []
     rows = []
     for fields in csv.reader(io.StringIO(text)):
@@ -50,9 +57,33 @@ def row_for(path: str, content: bytes) -> tuple[str, str, str]:
     return (path, f"sha256={digest}", str(len(content)))
 
 
-def render_record(rows: list[tuple[str, str, str]]) -> bytes:
-    """RECORD text as pip writes it (csv, '\\n' line ends)."""
+def render_record(rows: list[tuple[str, str, str]], newline: str = "\r\n") -> bytes:
+    """RECORD text as pip writes it (csv; pip's csv.writer ends lines with CRLF)."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csv.writer(out, lineterminator=newline)
     writer.writerows(rows)
     return out.getvalue().encode("utf-8")
+
+
+def rewrite_record(pristine: bytes, files: dict[str, bytes | None], unhashed: list[str]) -> bytes:
+    """RECORD as it must be once ``files`` (path -> new bytes, None: removed) are written, with
+    ``unhashed`` paths listed too (a file whose hash cannot be known when RECORD is written): the
+    rows of ``pristine`` in their order, then the new files. Pip uninstalls what RECORD lists."""
+    rows: list[tuple[str, str, str]] = []
+    seen = set()
+    for fields in csv.reader(io.StringIO(pristine.decode("utf-8", "replace"))):
+        if not fields:
+            continue
+        path = fields[0]
+        seen.add(path)
+        if path in files:
+            content = files[path]
+            if content is not None:
+                rows.append(row_for(path, content))
+        else:
+            rows.append(tuple((fields + ["", ""])[:3]))  # type: ignore[arg-type]
+    for path, content in files.items():
+        if path not in seen and content is not None:
+            rows.append(row_for(path, content))
+    rows += [(path, "", "") for path in unhashed if path not in seen]
+    return render_record(rows, "\r\n" if b"\r\n" in pristine or not pristine else "\n")
