@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -24,25 +25,26 @@ from .shape import Shape, tree_size
 
 if TYPE_CHECKING:
     from fixpack.core.patch import FileDiff
+    from fixpack.models import Pin
 
 __all__ = ["Bed", "write_site", "compile_targets", "synth_trees", "synth_cookbook", "real_cookbook", "plan"]
 
 
-def write_site(work: Path, trees: dict[str, Path], shape: Shape, builders: ModuleType) -> Path:
+def write_site(work: Path, trees: dict[str, Path], pins: tuple[Pin, ...], builders: ModuleType) -> Path:
     """``work/site``, as ``pip install --no-deps --target`` leaves it, from repository-layout trees.
 
     Each ``_version.py`` names the first commit its pin accepts, as a build of that commit writes it.
     """
     files: dict[str, dict[str, str | bytes]] = {}
-    for pin in shape.pins:
+    for pin in pins:
         root = trees[pin.dist]
         files[pin.dist] = {
             p.relative_to(root).as_posix(): p.read_bytes()
             for p in sorted((root / pin.package).rglob("*"))
             if p.is_file() and "__pycache__" not in p.parts and p.name != "_version.py"
         }
-    commits = {pin.dist: pin.commits[0] for pin in shape.pins}
-    versions = {pin.dist: pin.version for pin in shape.pins}
+    commits = {pin.dist: pin.commits[0] for pin in pins}
+    versions = {pin.dist: pin.version for pin in pins}
     return builders.make_site(work, files, commits, versions).path
 
 
@@ -213,11 +215,13 @@ def _apply_problem(root: Path, site: Path, tools: Tools) -> tuple[str, str] | No
         raise SystemExit(f"bench: fixpack apply --json printed no JSON (exit {r.rc}):\n{r.err.strip()}") from None
     if result["ok"]:
         return None
-    # The refusing fix comes first with its reason; the others only say the plan was refused.
+    # The refusing fix has its own reason; every other fix of the plan shares one, that it was refused.
     refused = [f for f in result["fixes"] if f["action"] == "refused"]
-    if not refused or refused[0]["reason"] != result["error"]:
+    reasons = Counter(f["reason"] for f in refused)
+    named = [f for f in refused if reasons[f["reason"]] == 1]
+    if len(named) != 1:
         raise SystemExit(f"bench: the cookbook copy does not apply, and no fix is named: {result['error']}")
-    return refused[0]["id"], refused[0]["reason"]
+    return named[0]["id"], named[0]["reason"]
 
 
 def _leave_out(root: Path, fid: str, builders: ModuleType) -> None:

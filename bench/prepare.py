@@ -36,9 +36,11 @@ class Prepared:
 def prepare(work: Path, tools: Tools, builders: ModuleType, site_from: Path | None, synthetic: bool) -> Prepared:
     """Real trees and this repository's fixes when the trees are given (and ``synthetic`` is not
     asked for); else synthetic trees and fixes shaped like this repository's pack."""
+    from fixpack.cookbook.catalog import Catalog
+    from fixpack.cookbook.profiles import load_profile
+
     trees = source_trees()
     real = trees is not None and not synthetic
-    shape = derive(tools.source, PROFILE, trees)
     cookbook = work / "cookbook"
     dropped: list[str] = []
     if real:
@@ -50,19 +52,20 @@ def prepare(work: Path, tools: Tools, builders: ModuleType, site_from: Path | No
             shutil.copytree(site_from, site, symlinks=True)
         else:
             log("laying out the site as pip install --target does")
-            site = write_site(work, src, shape, builders)
+            pins = load_profile(tools.source / "profiles" / f"{PROFILE}.toml").pins
+            site = write_site(work, src, pins, builders)
         log("copying and locking the cookbook against the real trees")
         dropped = real_cookbook(cookbook, site, src, tools, builders)
+        shape = derive(cookbook, PROFILE, trees)  # the copy: a fix that does not load is left out there
         what = f"real trees (vllm-gaudi={src['vllm-gaudi']}, vllm={src['vllm']}), this repo's fixes"
     else:
         log("writing synthetic trees and fixes of the profile's size and shape")
+        shape = derive(tools.source, PROFILE, trees)
         src = synth_trees(work / "src", shape, trees)
         synth_cookbook(cookbook, src, shape, builders)
-        site = write_site(work, src, shape, builders)
+        site = write_site(work, src, shape.pins, builders)
         sized = "measured from the trees" if trees else "estimated: FIXPACK_SRC_VLLM_GAUDI/FIXPACK_SRC_VLLM unset"
         what = f"synthetic trees ({sized}), synthetic fixes"
-    from fixpack.cookbook.catalog import Catalog
-
     opt_ins = list(Catalog.load(cookbook).profile(PROFILE).opt_ins)
     diffs, patch_file = plan(tools, cookbook, opt_ins, work)
     targets = list(dict.fromkeys(d.path for d in diffs))

@@ -70,7 +70,7 @@ def bench_scale(like: Shape, work: Path, tools: Tools, builders: ModuleType, rep
                 trees = _trees(base / "src", shape)
                 cookbook = base / "cookbook"
                 synth_cookbook(cookbook, trees, shape, builders)
-                site = write_site(base, trees, shape, builders)
+                site = write_site(base, trees, shape.pins, builders)
                 compile_targets(site, shape.paths)
                 bed = Bed(site, cookbook, trees, [], shape.paths)
                 bed.snapshot()
