@@ -38,11 +38,9 @@ def write_site(work: Path, trees: dict[str, Path], pins: tuple[Pin, ...], builde
     files: dict[str, dict[str, str | bytes]] = {}
     for pin in pins:
         root = trees[pin.dist]
-        files[pin.dist] = {
-            p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted((root / pin.package).rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts and p.name != "_version.py"
-        }
+        found = (p for p in sorted((root / pin.package).rglob("*")) if p.is_file() and "__pycache__" not in p.parts)
+        files[pin.dist] = {p.relative_to(root).as_posix(): p.read_bytes() for p in found}
+        files[pin.dist].pop(f"{pin.package}/_version.py", None)  # written by make_site, naming the pin's commit
     commits = {pin.dist: pin.commits[0] for pin in pins}
     versions = {pin.dist: pin.version for pin in pins}
     return builders.make_site(work, files, commits, versions).path

@@ -124,7 +124,11 @@ def module_names(bed: Bed) -> list[str]:
 
 def bench_first_import(bed: Bed, tools: Tools, repeat: int, script: Path) -> dict[str, Series]:
     """Apply + the workers' first import of the patched modules, against their first import of the
-    stock ones (the release's bytecode, as pip compiled it, is fresh)."""
+    stock ones (the release's bytecode, as pip compiled it, is fresh). Not run without torch."""
+    has_torch = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"
+    if run([tools.python, "-c", has_torch]).rc != 0:
+        log(f"apply + first import: skipped, torch is not installed for {tools.python}")
+        return {}
     script.write_text(FIRST_IMPORT)
     cwd = bed.site.parent
     workers = [[tools.python, str(script), str(bed.site), *module_names(bed)]] * IMPORT_PROCESSES
