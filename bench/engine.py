@@ -1,0 +1,78 @@
+"""The engine under test: a snapshot of the checkout's fixpack, the commands run on it, and the
+same snapshot imported into the bench for reading catalogs and writing cookbooks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from .measure import must, run
+
+__all__ = ["Tools", "snapshot", "load_builders", "PROFILE"]
+
+PROFILE = "v0.26.0"
+
+
+def snapshot(repo: Path, work: Path) -> Path:
+    """A copy of ``repo``'s engine, so that edits made to the checkout while the bench runs do not mix in."""
+    engine = work / "engine"
+    shutil.copytree(repo / "fixpack", engine / "fixpack", ignore=shutil.ignore_patterns("__pycache__"))
+    (engine / "fixes").mkdir()
+    shutil.copy2(repo / "fixes" / "apply_all.py", engine / "fixes" / "apply_all.py")
+    return engine
+
+
+def load_builders(engine: Path, repo: Path) -> ModuleType:
+    """The tests' builders (``tests/builders.py``), bound to the snapshot's fixpack.
+
+    ``fixpack`` is imported from the snapshot first: builders puts the checkout on sys.path, but an
+    imported package keeps its own ``__path__``, so every fixpack module then comes from the snapshot.
+    """
+    sys.path.insert(0, str(engine))
+    import fixpack  # noqa: F401
+
+    sys.path.insert(1, str(repo / "tests"))
+    import builders
+
+    return builders
+
+
+class Tools:
+    """The command lines of the contenders, with the environment each one runs in."""
+
+    def __init__(self, python: str, engine: Path, repo: Path) -> None:
+        self.python = python
+        self.repo = engine  # where fixpack/ and fixes/apply_all.py are run from (a snapshot)
+        self.source = repo  # the checkout: its fixes/ and profiles/ are the cookbook copied
+        self.base_env = {k: v for k, v in os.environ.items() if not k.startswith("FIXPACK_")}
+        self.base_env.pop("PYTHONPATH", None)
+
+    def env(self, cookbook: Path, module: bool = False) -> dict[str, str]:
+        env = dict(self.base_env, FIXPACK_COOKBOOK=str(cookbook))
+        if module:
+            env["PYTHONPATH"] = str(self.repo)
+        return env
+
+    def apply_all(self, site: Path, opt_ins: list[str]) -> list[str]:
+        script = str(self.repo / "fixes" / "apply_all.py")
+        return [self.python, script, "--profile", PROFILE, *opt_ins, "--site", str(site)]
+
+    def fixpack(self, *args: str) -> list[str]:
+        return [self.python, "-m", "fixpack", *args]
+
+    def listed(self, cookbook: Path) -> list[str]:
+        r = must(run(self.fixpack("list", "--profile", PROFILE, "--json"), env=self.env(cookbook, True)), "list")
+        return [f["id"] for f in json.loads(r.out)["fixes"]]
+
+    def floor(self, files: list[Path]) -> list[str]:
+        """Python reading and hashing the same files: the least any apply or re-run must do."""
+        code = (
+            "import hashlib,sys\n"
+            "for p in sys.argv[1:]:\n"
+            "    with open(p,'rb') as f: hashlib.sha256(f.read()).hexdigest()\n"
+        )
+        return [self.python, "-c", code, *map(str, files)]
