@@ -87,6 +87,8 @@ def write_dist(
         direct_url = {"url": editable_root.as_uri(), "dir_info": {"editable": True}}
     if direct_url is not None:
         (dist_info / "direct_url.json").write_text(json.dumps(direct_url))
+    for meta in sorted(dist_info.iterdir()):  # as pip lists them: every file of the dist-info
+        record.append(_record_line(f"{dist_info.name}/{meta.name}", meta.read_bytes()))
     record.append(f"{dist_info.name}/RECORD,,")
     (dist_info / "RECORD").write_text("\n".join(record) + "\n")
     return dist_info
