@@ -127,6 +127,7 @@ class Fix:
     verified_on: str
     changes: dict[str, tuple[Change, ...]] = field(default_factory=dict)  # release -> changes
     source: str = ""  # the fix's directory, for messages
+    supersedes: tuple[str, ...] = ()  # fixes this (opt-in) one replaces: dropped from a plan that has it
 
     @property
     def releases(self) -> tuple[str, ...]:
@@ -186,6 +187,7 @@ class Plan:
     fixes: tuple[Fix, ...]
     pulled_in: dict[str, str]  # fix id -> the fix that required it, for fixes not asked for
     changes: tuple[PlannedChange, ...]
+    superseded: dict[str, str] = field(default_factory=dict)  # fix id -> the fix in the plan that replaces it
 
     @property
     def fix_ids(self) -> tuple[str, ...]:

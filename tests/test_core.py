@@ -76,6 +76,23 @@ def test_resolve_refuses(fixes, pack, asked, message):
         resolve(fixes, profile(pack), asked)
 
 
+def test_an_opt_in_supersedes_a_default_fix():
+    fixes = {
+        "guard": fix("guard"),
+        "full": fix("full", opt_in=True),
+        "user": fix("user", requires=["guard"]),
+    }
+    object.__setattr__(fixes["full"], "supersedes", ("guard",))
+    prof = profile(["guard", "full"], ["full"])
+    assert resolve(fixes, prof).fix_ids == ("guard",)
+    plan = resolve(fixes, prof, ("full",), keep=("guard",))  # applied before: taken out now
+    assert plan.fix_ids == ("full",) and plan.superseded == {"guard": "full"}
+    with pytest.raises(UsageError, match="supersedes 'guard'; ask for one of them"):
+        resolve(fixes, prof, ("full", "guard"))
+    with pytest.raises(UsageError, match="requires 'guard', which 'full' supersedes"):
+        resolve(fixes, profile(["guard", "full", "user"], ["full"]), ("full",))
+
+
 def test_with_dependents_names_what_each_depends_on():
     fixes = {"a": fix("a"), "b": fix("b", requires=["a"]), "c": fix("c", requires=["b"]), "d": fix("d")}
     assert with_dependents(fixes, {"a"}, ("a", "b", "c", "d")) == {"a": None, "b": "a", "c": "b"}

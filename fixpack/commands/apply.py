@@ -101,7 +101,8 @@ def apply(
 
 
 def _pulled_in(plan: Plan) -> list[str]:
-    return [f"{fid} is pulled in: {by} requires it" for fid, by in plan.pulled_in.items()]
+    notes = [f"{fid} is pulled in: {by} requires it" for fid, by in plan.pulled_in.items()]
+    return notes + [f"{old} is left out: {new} supersedes it" for old, new in plan.superseded.items()]
 
 
 def _already_applied(plan: Plan) -> list[FixResult]:

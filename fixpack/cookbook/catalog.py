@@ -50,7 +50,7 @@ class Catalog:
     def _validate(self) -> None:
         for fix in self.fixes.values():
             where = Path(fix.source) / "fix.toml"
-            for ref in fix.requires + fix.conflicts:
+            for ref in fix.requires + fix.conflicts + fix.supersedes:
                 if ref not in self.fixes:
                     raise invalid(where, f"names unknown fix {ref!r}{suggest(ref, list(self.fixes))}")
         for profile in self.profiles.values():
@@ -61,6 +61,8 @@ class Catalog:
                 fix = self.fixes[fid]
                 if profile.release not in fix.changes:
                     raise invalid(where, f"fix {fid!r} has no changes for release {profile.release!r}")
+                if fix.supersedes and not fix.opt_in:
+                    raise invalid(where, f"fix {fid!r} supersedes others, so it must be opt-in")
                 if fix.opt_in and fid not in profile.opt_ins:
                     raise invalid(where, f"fix {fid!r} is opt-in but not listed in opt_ins")
                 for change in fix.changes[profile.release]:

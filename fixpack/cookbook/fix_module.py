@@ -91,6 +91,7 @@ def load_fix(fix_dir: Path) -> Fix:
         why=field(data, "why", str, where).strip(),
         requires=tuple(field(data, "requires", list, where, [])),
         conflicts=tuple(field(data, "conflicts", list, where, [])),
+        supersedes=tuple(field(data, "supersedes", list, where, [])),
         opt_in=field(data, "opt_in", bool, where, False),
         upstream=Upstream(status, field(upstream, "ref", str, where, ""), field(upstream, "note", str, where, "")),
         proof=Proof(level, reason, str(script) if script.exists() else None),

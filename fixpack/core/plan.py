@@ -40,6 +40,10 @@ def resolve(
                 selected[req] = fid
                 pulled_in[req] = fid
                 todo.append(req)
+    superseded = _superseded(fixes, selected, asked)
+    for fid in superseded:
+        del selected[fid]
+        pulled_in.pop(fid, None)
     chosen = [fixes[f] for f in selected]
     _refuse_conflicts(chosen)
     ordered = _order(chosen, profile)
@@ -48,7 +52,23 @@ def resolve(
         for fix in ordered
         for change in fix.changes[profile.release]
     )
-    return Plan(profile, tuple(ordered), pulled_in, changes)
+    return Plan(profile, tuple(ordered), pulled_in, changes, superseded)
+
+
+def _superseded(fixes: Mapping[str, Fix], selected: dict[str, str | None], asked: tuple[str, ...]) -> dict[str, str]:
+    """Fixes an opt-in in the plan replaces: fix id -> the opt-in. Asking for both is refused."""
+    out: dict[str, str] = {}
+    for fid in selected:
+        for old in fixes[fid].supersedes:
+            if old in asked:
+                raise UsageError(f"fix {fid!r} supersedes {old!r}; ask for one of them", fix_id=fid)
+            if old in selected:
+                out[old] = fid
+    needing = [(fid, req) for fid in selected if fid not in out for req in fixes[fid].requires if req in out]
+    if needing:
+        fid, req = needing[0]
+        raise UsageError(f"fix {fid!r} requires {req!r}, which {out[req]!r} supersedes", fix_id=fid)
+    return out
 
 
 def _refuse_conflicts(fixes: list[Fix]) -> None:
