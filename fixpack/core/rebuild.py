@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from ..errors import Refused
+from ..errors import Refused, UsageError
 from ..models import Change
 from . import patch
 from .fingerprint import of
@@ -20,7 +20,13 @@ def _parse_one(text: str) -> patch.FileDiff:
 
 
 def parsed(change: Change) -> patch.FileDiff:
-    return _parse_one(change.patch)
+    """The change's diff, parsed; an invalid one is the cookbook's error (exit 2), named."""
+    try:
+        return _parse_one(change.patch)
+    except ValueError as exc:
+        raise UsageError(
+            f"invalid patch of fix {change.fix_id} for {change.path}: {exc}", fix_id=change.fix_id, path=change.path
+        ) from None
 
 
 def reverse(current: bytes | None, changes: list[Change]) -> bytes | None:

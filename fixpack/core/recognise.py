@@ -76,14 +76,21 @@ def base_of(
 
 
 def explain_drift(current: bytes | None, chain: list[Change]) -> str:
-    """How a drifted file differs, seen through the first change's hunks."""
-    if not chain:
-        return ""
-    try:
-        patch.apply(parsed(chain[0]), current)
-    except patch.HunkFailed as exc:
-        return f"{exc}\n{exc.nearest}".rstrip()
-    return "every hunk of the first change still matches; the difference is elsewhere in the file"
+    """How a drifted file differs, seen through the chain's hunks: the first that does not match
+    and the nearest place; when they all match, what is known of the file instead."""
+    content = current
+    for change in chain:
+        try:
+            content = patch.apply(parsed(change), content)
+        except patch.HunkFailed as exc:
+            return f"{change.fix_id}: {exc}\n{exc.nearest}".rstrip()
+    expected = pristine_hash(chain)
+    lines = 0 if current is None else current.count(b"\n")
+    return (
+        f"every hunk of {', '.join(dict.fromkeys(c.fix_id for c in chain))} matches, so the difference is in lines "
+        f"no fix touches: the file has {lines} lines and sha256 {(sha256(current) or 'absent')[:12]}, the release's "
+        f"is {(expected or 'unknown')[:12]}; compare it with the release's file (e.g. git diff --no-index)"
+    )
 
 
 def explain_edit(path: str, expected: bytes | None, current: bytes | None, limit: int = 40) -> str:

@@ -1,0 +1,139 @@
+"""Bad input, one case a row: a one-line error with the contract's exit code, never a traceback,
+and nothing changed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from builders import GAUDI_COMMIT, RUNNER, SAMPLER, make_site
+
+
+def _pack(cookbook) -> None:
+    cookbook.fix("sampler-fix", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x", "return x * 2"))})
+    cookbook.fix("runner-fix", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 3\n", "return 33\n"))})
+    cookbook.profile(["sampler-fix", "runner-fix"])
+    cookbook.lock()
+
+
+def _dist_info(site, name: str) -> Path:
+    (found,) = site.path.glob(f"{name}-*.dist-info")
+    return found
+
+
+def _metadata(content: bytes) -> Callable:
+    def setup(cookbook, site, monkeypatch):
+        (_dist_info(site, "vllm_gaudi") / "METADATA").write_bytes(content)
+        return ["apply", "--profile", "v0.26.0", "--site", str(site.path)]
+
+    return setup
+
+
+def _patch(edit: Callable[[str], str]) -> Callable:
+    def setup(cookbook, site, monkeypatch):
+        patch = cookbook.root / "fixes" / "runner-fix" / "v0.26.0.patch"
+        patch.write_text(edit(patch.read_text()))
+        return ["apply", "--profile", "v0.26.0", "--site", str(site.path)]
+
+    return setup
+
+
+def _wrong_count(text: str) -> str:
+    head, _, rest = text.partition("@@ -")
+    numbers, _, tail = rest.partition(" @@")
+    old, new = numbers.split(" +")
+    return f"{head}@@ -{old} +{new.split(',')[0]},99 @@{tail}"
+
+
+def _truncated(text: str) -> str:
+    return "\n".join(text.splitlines()[:-2]) + "\n"
+
+
+def _bad_site_variable(cookbook, site, monkeypatch):
+    monkeypatch.setenv("FIXPACK_SITE", str(site.path / "nowhere"))
+    return ["apply", "--profile", "v0.26.0"]
+
+
+def _bad_cookbook(cookbook, site, monkeypatch):
+    monkeypatch.setenv("FIXPACK_COOKBOOK", str(site.path / "nowhere"))
+    return ["apply", "--profile", "v0.26.0", "--site", str(site.path)]
+
+
+def _short_commit(cookbook, site, monkeypatch):
+    (site.path / "vllm_gaudi" / "_version.py").write_text("__commit_id__ = 'gb059f9'\n")
+    return ["apply", "--profile", "v0.26.0", "--site", str(site.path)]
+
+
+def _two_dist_infos(cookbook, site, monkeypatch):
+    twin = site.path / "vllm_gaudi-0.25.0.dist-info"
+    twin.mkdir()
+    (twin / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-gaudi\nVersion: 0.25.0\n")
+    return ["apply", "--profile", "v0.26.0", "--site", str(site.path)]
+
+
+def _nothing_installed(cookbook, site, monkeypatch):
+    empty = site.path.parent / "empty"
+    empty.mkdir()
+    return ["status", "--site", str(empty)]
+
+
+def _no_torch(cookbook, site, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    return ["verify", *(f"--source={d}={p}" for d, p in cookbook.sources.items())]
+
+
+CASES = {
+    "METADATA empty": (_metadata(b""), 3, "has no Name or Version"),
+    "METADATA not UTF-8": (_metadata(b"Name: vllm-gaudi\nVersion: 0.26.0\nSummary: \xff\xfe\n"), 3, "unreadable"),
+    "hunk header with a wrong count": (_patch(_wrong_count), 2, "invalid patch of fix runner-fix"),
+    "patch truncated mid-hunk": (_patch(_truncated), 2, "invalid patch of fix runner-fix"),
+    "bad FIXPACK_SITE": (_bad_site_variable, 3, "FIXPACK_SITE"),
+    "bad FIXPACK_COOKBOOK": (_bad_cookbook, 2, "(FIXPACK_COOKBOOK) is not a cookbook"),
+    "a 6-hex commit": (_short_commit, 1, "too short to match"),
+    "two dist-infos for one distribution": (_two_dist_infos, 3, "2 installs of vllm-gaudi"),
+    "nothing installed": (_nothing_installed, 3, "neither of vllm, vllm-gaudi is installed"),
+    "verify without torch": (_no_torch, 3, "-m pip install 'torch==2.13.0'"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_is_one_line_with_its_exit_code(case, cli, cookbook, site, monkeypatch):
+    _pack(cookbook)
+    setup, code, words = CASES[case]
+    args = setup(cookbook, site, monkeypatch)
+    before = site.snapshot()
+    r = cli(*args)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("fixpack: error:")]
+    assert r.exit_code == code, r.output
+    assert len(errors) == 1 and words in errors[0], r.stderr
+    assert "Traceback" not in r.output
+    assert site.snapshot() == before
+
+
+def test_json_errors_have_each_commands_shape(cli, cookbook, site, monkeypatch):
+    _pack(cookbook)
+    monkeypatch.setenv("FIXPACK_COOKBOOK", str(site.path / "nowhere"))
+    shapes = {
+        ("apply", "--profile", "v0.26.0"): {"ok", "profile", "fixes", "error", "notes"},
+        ("revert",): {"ok", "profile", "fixes", "error", "notes"},
+        ("status",): {"profile", "distributions", "fixes", "notes", "error"},
+        ("list",): {"profile", "fixes", "error"},
+        ("verify",): {"ok", "results", "error"},
+    }
+    for args, keys in shapes.items():
+        r = cli(*args, "--json", "--site", str(site.path)) if args[0] != "verify" else cli(*args, "--json")
+        assert r.exit_code == 2
+        assert set(json.loads(r.stdout)) == keys, args
+
+
+def test_an_unparsable_version_py_is_named(cli, cookbook, tmp_path):
+    _pack(cookbook)
+    site = make_site(tmp_path, commits={"vllm": None, "vllm-gaudi": GAUDI_COMMIT})
+    (site.path / "vllm_gaudi" / "_version.py").write_text("__commit_id__ = (\n")
+    r = cli("status", "--site", str(site.path), "--json")
+    dist = {d["name"]: d for d in json.loads(r.stdout)["distributions"]}["vllm-gaudi"]
+    assert dist["commit"] is None and "_version.py could not be parsed (SyntaxError" in dist["commit_source"]
