@@ -86,3 +86,14 @@ def test_list_show_and_status_pending(cookbook, site):
     site.file("vllm/sampler.py").write_text("changed by hand\n")
     r = CliRunner().invoke(main, ["status", "--profile", "v0.26.0", "--site", str(site.path), "--json"])
     assert json.loads(r.stdout)["fixes"] == [{"id": "a", "state": "drifted"}, {"id": "b", "state": "drifted"}]
+
+
+def test_profiles_lists_each_profile_with_its_pins(cli, cookbook):
+    cookbook.fix("b", {"vllm/sampler.py": (SAMPLER, SAMPLER + "# b\n")}, opt_in=True)
+    cookbook.profile(["b"], opt_ins=["b"])
+    r = cli("profiles", "--json")
+    assert r.exit_code == 0
+    (prof,) = json.loads(r.stdout)["profiles"]
+    assert prof["name"] == "v0.26.0" and prof["pack"] == ["b"] and prof["opt_ins"] == ["b"]
+    assert {p["dist"] for p in prof["pins"]} == {"vllm", "vllm-gaudi"}
+    assert "v0.26.0  release v0.26.0: 1 fixes; opt-ins: b" in cli("profiles").stdout

@@ -18,6 +18,7 @@ COMMANDS = {
     "revert": "site_commands:revert",
     "list": "site_commands:list_",
     "show": "site_commands:show",
+    "profiles": "site_commands:profiles",
     "verify": "maintainer:verify",
     "diff": "maintainer:diff",
     "lock": "maintainer:lock",

@@ -8,7 +8,7 @@ from typing import Any, TextIO
 
 from ..commands.results import Result, StatusResult
 from ..errors import FixpackError
-from ..models import Fix
+from ..models import Fix, Profile
 
 __all__ = [
     "paint",
@@ -22,6 +22,7 @@ __all__ = [
     "dump",
     "printed",
     "fix_json",
+    "profile_json",
     "show",
     "verify_json",
     "verify_human",
@@ -162,6 +163,16 @@ def printed(res: Result) -> tuple[str, str]:
     out, err = io.StringIO(), io.StringIO()
     human(res, out, err)
     return out.getvalue(), err.getvalue()
+
+
+def profile_json(p: Profile) -> dict[str, Any]:
+    return {
+        "name": p.name,
+        "release": p.release,
+        "pins": [{"dist": x.dist, "version": x.version, "commits": list(x.commits)} for x in p.pins],
+        "pack": list(p.pack),
+        "opt_ins": list(p.opt_ins),
+    }
 
 
 def fix_json(f: Fix) -> dict[str, Any]:

@@ -24,7 +24,18 @@ def _list_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
     return {"profile": kwargs.get("profile"), "fixes": [], "error": exc.message}
 
 
-@click.command()
+APPLY_EPILOG = """\b
+Environment:
+  FIXPACK_SITE          default for --site
+  FIXPACK_COOKBOOK      use the fixes/ and profiles/ of another checkout
+  FIXPACK_LOCK_TIMEOUT  seconds to wait for another fixpack's lock (default 300)
+  FIXPACK_NO_FAST_PATH  1: apply_all.py always runs the full apply
+\b
+Exit codes: 0 done; 1 refused (nothing changed); 2 usage; 3 environment.
+"""
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=APPLY_EPILOG)
 @click.option("--profile", "profile", required=True, metavar="NAME", help="The release profile, e.g. v0.26.0.")
 @click.argument("fixes", nargs=-1, metavar="[FIX ...]")
 @click.option("--dry-run", is_flag=True, help="Check and report; write nothing.")
@@ -111,4 +122,23 @@ def list_(profile: str | None, as_json: bool, site: Path | None) -> int:
 def show(fix: str, site: Path | None) -> int:
     """Show one fix: what, why, requirements, upstream status, proof, and its changes."""
     render.show(catalog().fix(fix))
+    return 0
+
+
+@click.command()
+@JSON
+@guard(_list_error)
+def profiles(as_json: bool) -> int:
+    """List the cookbook's profiles: release, pinned builds, fixes and opt-ins."""
+    book = catalog()
+    rows = [render.profile_json(p) for p in book.profiles.values()]
+    if as_json:
+        render.dump({"profiles": rows})
+        return 0
+    for row in rows:
+        pins = ", ".join(f"{p['dist']} {p['version']} at {p['commits'][0][:12]}" for p in row["pins"])
+        print(
+            f"{row['name']}  release {row['release']}: {len(row['pack'])} fixes; opt-ins: {', '.join(row['opt_ins'])}"
+        )
+        print(f"  pins {pins}")
     return 0
