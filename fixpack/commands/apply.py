@@ -75,7 +75,7 @@ def apply(
         files = recognise_files(catalog.fixes, profile, dists, manifest, paths, destination.state_dir)
         try:
             refuse_drift(files, plan, manifest.files)
-            new, records, counts = rebuild_files(plan, files, plan.fix_ids)
+            rebuilt = rebuild_files(plan, files, plan.fix_ids)
         except Refused as refused:
             result.error = nothing_changed(refused)
             result.fixes = _refused(plan, refused)
@@ -83,19 +83,23 @@ def apply(
         for fix in plan.fixes:
             done = all(_still_applied(c, files[c.path], manifest) for c in fix.changes[profile.release])
             action = Action.ALREADY_APPLIED if done else (Action.WOULD_APPLY if dry_run else Action.APPLIED)
-            result.fixes.append(FixResult(fix.id, action, None, counts.get(fix.id, []), plan.pulled_in.get(fix.id)))
-        new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, records)
-        writes = write_set(files, new, new_manifest, manifest, destination.state_dir, list(dists.values()))
+            pulled_in_by = plan.pulled_in.get(fix.id)
+            result.fixes.append(FixResult(fix.id, action, None, rebuilt.counts.get(fix.id, []), pulled_in_by))
+        new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records)
+
+        def stamp() -> dict:  # how the all-applied state this apply leaves is recognised next time
+            done = Result("apply", profile.name, _already_applied(plan), [*commit_notes, *_pulled_in(plan)])
+            key = warm.request_key(catalog.root, profile.name, list(asked), site, allow_unpinned)
+            targets = _targets(rebuilt.records, dists)
+            return warm.make_stamp(key, list(dists.values()), destination.state_dir, targets, render(done))
+
+        state_dir, installed_dists = destination.state_dir, list(dists.values())
+        writes = write_set(
+            files, rebuilt, new_manifest, manifest, state_dir, installed_dists, stamp if render else None
+        )
         if dry_run:
             destination.check(writes)
             return result
-        if writes and render is not None:  # record how the all-applied state it leaves is recognised
-            done = Result("apply", profile.name, _already_applied(plan), [*commit_notes, *_pulled_in(plan)])
-            key = warm.request_key(catalog.root, profile.name, list(asked), site, allow_unpinned)
-            targets = _targets(records, dists)
-            stamp = warm.make_stamp(key, list(dists.values()), destination.state_dir, targets, render(done))
-            new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, records, warm=stamp)
-            writes = write_set(files, new, new_manifest, manifest, destination.state_dir, list(dists.values()))
         destination.commit(writes)
     return result
 

@@ -48,7 +48,7 @@ def revert(catalog: Catalog, names: tuple[str, ...], site: Path | None, dry_run:
         files = recognise_files(catalog.fixes, profile, dists, manifest, list(manifest.files), env.state_dir)
         try:
             refuse_drift(files, plan, manifest.files)
-            new, records, _ = rebuild_files(plan, files, keep)
+            rebuilt = rebuild_files(plan, files, keep)
         except Refused as refused:
             result.error = nothing_changed(refused)
             return result
@@ -57,8 +57,8 @@ def revert(catalog: Catalog, names: tuple[str, ...], site: Path | None, dry_run:
                 needs = removing[fid]
                 why = None if needs is None or not names else f"depends on {needs}, which is being reverted"
                 result.fixes.append(FixResult(fid, Action.WOULD_REVERT if dry_run else Action.REVERTED, why))
-        new_manifest = Manifest(profile.name, profile.release, keep, records) if keep else Manifest()
-        writes = write_set(files, new, new_manifest, manifest, destination.state_dir, list(dists.values()))
+        new_manifest = Manifest(profile.name, profile.release, keep, rebuilt.records) if keep else Manifest()
+        writes = write_set(files, rebuilt, new_manifest, manifest, destination.state_dir, list(dists.values()))
         if dry_run:
             destination.check(writes)
         else:

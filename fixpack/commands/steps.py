@@ -3,11 +3,15 @@ check its commits, recognise each file, rebuild the new contents, and turn them 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import CodeType
 
 from ..core import rebuild, recognise
+from ..core.bytecode import hash_based_pyc
 from ..core.fingerprint import patch_digest, sha256
 from ..core.plan import pack_chain
 from ..errors import Refused
@@ -26,6 +30,7 @@ __all__ = [
     "check_commits",
     "recognise_files",
     "refuse_drift",
+    "Rebuilt",
     "rebuild_files",
     "write_set",
     "nothing_changed",
@@ -147,46 +152,58 @@ def refuse_drift(files: dict[str, InstalledFile], plan: Plan, recorded: dict[str
         raise first
 
 
-def rebuild_files(
-    plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...]
-) -> tuple[dict[str, bytes | None], dict[str, FileRecord], Counts]:
+@dataclass
+class Rebuilt:
+    """What a plan makes of the files it touches."""
+
+    new: dict[str, bytes | None]  # path -> new content (None: removed)
+    records: dict[str, FileRecord]  # the manifest's record of each file a fix changes
+    counts: Counts
+    code: dict[str, CodeType]  # the compile check's code object of each patched module
+
+
+def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...]) -> Rebuilt:
     """New content and manifest record of every file, for the fixes ``fix_ids`` of the plan.
     Raises Refused for a change that does not apply or a result that does not compile."""
-    new: dict[str, bytes | None] = {}
-    records: dict[str, FileRecord] = {}
-    counts: Counts = {}
+    out = Rebuilt({}, {}, {}, {})
     for path, f in files.items():
         changes = [pc.change for pc in plan.changes_for(path) if pc.change.fix_id in fix_ids]
         content = rebuild.build(f.base.pristine, changes)
-        # Without changes the file goes back to the release's bytes, recognised by their hash.
-        problem = rebuild.compile_error(path, content) if changes else None
+        out.new[path] = content
+        if not changes:  # the file goes back to the release's bytes, recognised by their hash
+            continue
+        code, problem = rebuild.compiled(path, content)
         if problem:
             raise rebuild.failed(changes[-1], f"the result does not compile: {problem}")
-        new[path] = content
-        if changes:
-            records[path] = FileRecord(
-                f.dist.name,
-                sha256(f.base.pristine),
-                sha256(content),
-                tuple(c.fix_id for c in changes),
-                tuple(patch_digest(c.patch) for c in changes),
-            )
+        if code is not None:
+            out.code[path] = code
+        out.records[path] = FileRecord(
+            f.dist.name,
+            sha256(f.base.pristine),
+            sha256(content),
+            tuple(c.fix_id for c in changes),
+            tuple(patch_digest(c.patch) for c in changes),
+        )
         for c in changes:
-            counts.setdefault(c.fix_id, []).append((path, *rebuild.line_counts(c)))
-    return new, records, counts
+            out.counts.setdefault(c.fix_id, []).append((path, *rebuild.line_counts(c)))
+    return out
 
 
 def write_set(
     files: dict[str, InstalledFile],
-    new: dict[str, bytes | None],
+    rebuilt: Rebuilt,
     new_manifest: Manifest,
     old_manifest: Manifest,
     state_dir: Path,
     dists: list[Distribution],
+    stamp: Callable[[], dict] | None = None,
 ) -> list[Write]:
-    """The writes that take the site from what it is to ``new``: targets, pristine copies, each
-    distribution's RECORD kept true to what is installed, and the manifest."""
+    """The writes that take the site from what it is to the rebuilt files: targets and their
+    bytecode, pristine copies, each distribution's RECORD kept true to what is installed, and the
+    manifest (with the warm path's ``stamp`` when anything is written)."""
+    new = rebuilt.new
     writes = [Write(f.dist.file(path), new[path]) for path, f in files.items() if new[path] != f.current]
+    writes += _bytecode(writes, files, rebuilt)
     kept: dict[str, bytes] = {}
     for path, f in files.items():  # keep the release's bytes of every patched file, and only those
         keep = f.base.pristine if path in new_manifest.files else None
@@ -197,11 +214,28 @@ def write_set(
     record_writes, records = _records(files, new, new_manifest, old_manifest, state_dir, dists, kept)
     writes += record_writes
     new_manifest = replace(new_manifest, records=records)
+    if writes and stamp is not None and not new_manifest.empty:
+        new_manifest = replace(new_manifest, warm=stamp())
     if writes or not new_manifest.same_content(old_manifest):
         content = None if new_manifest.empty else new_manifest.to_bytes()
         if content is not None or (state_dir / MANIFEST).exists():
             writes.append(Write(state_dir / MANIFEST, content))
     return writes
+
+
+def _bytecode(targets: list[Write], files: dict[str, InstalledFile], rebuilt: Rebuilt) -> list[Write]:
+    """The hash-based .pyc of each patched module, from the code object the compile check made
+    (none when this Python writes no bytecode, or writes it outside the site)."""
+    if sys.dont_write_bytecode or sys.pycache_prefix:
+        return []
+    written = {w.path for w in targets}
+    out = []
+    for path, code in rebuilt.code.items():
+        target = files[path].dist.file(path)
+        content = rebuilt.new[path]
+        if target in written and content is not None:
+            out.append(Write(Path(importlib.util.cache_from_source(str(target))), hash_based_pyc(code, content)))
+    return out
 
 
 def _records(

@@ -4,13 +4,15 @@ fingerprints, or reverse one. Pure: no I/O."""
 from __future__ import annotations
 
 import functools
+from types import CodeType
 
 from ..errors import Refused, UsageError
 from ..models import Change
 from . import patch
+from .bytecode import compile_module
 from .fingerprint import of
 
-__all__ = ["parsed", "reverse", "locked_chain", "build", "compile_error", "line_counts"]
+__all__ = ["parsed", "reverse", "failed", "locked_chain", "build", "compiled", "compile_error", "line_counts"]
 
 
 @functools.lru_cache(maxsize=256)
@@ -78,17 +80,21 @@ def build(pristine: bytes | None, changes: list[Change]) -> bytes | None:
     return content
 
 
-def compile_error(path: str, content: bytes | None) -> str | None:
-    """Why the new content of a Python file would not compile, or None. Always compiled, even
-    when locked: the image's Python may be another version than the one that ran the lock."""
+def compiled(path: str, content: bytes | None) -> tuple[CodeType | None, str | None]:
+    """A Python file's code object, or why its new content does not compile. Always compiled,
+    even when locked: the image's Python may be another version than the one that ran the lock."""
     if content is None or not path.endswith(".py"):
-        return None
+        return None, None
     try:
-        compile(content, path, "exec", dont_inherit=True)
+        return compile_module(path, content), None
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None)
-        return f"{path}{f':{line}' if line else ''}: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}"
-    return None
+        return None, f"{path}{f':{line}' if line else ''}: {exc.__class__.__name__}: {getattr(exc, 'msg', exc)}"
+
+
+def compile_error(path: str, content: bytes | None) -> str | None:
+    """Why the new content of a Python file would not compile, or None."""
+    return compiled(path, content)[1]
 
 
 def line_counts(change: Change) -> tuple[int, int]:
