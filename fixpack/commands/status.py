@@ -38,7 +38,7 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None) -> Sta
     notes: list[str] = []
     manifest = Manifest()
     if env.found:
-        destination = InPlace(env.state_dir)
+        destination = InPlace.of(env)
         with destination.locked():
             recovered = destination.recover()
             if recovered:

@@ -1,13 +1,21 @@
 """Applies a set of file writes to an environment all or nothing, and recovers after a crash.
 
-The recipe: take the environment's lock; write the journal (which files, their hashes before and
-after); back up every file about to change; replace each target atomically (keeping its mode);
-remove the stale bytecode of each changed module; remove the journal. A journal found later means
-a run died part way: ``recover`` puts every listed file back from its backup (or removes it if it
-did not exist), so the environment is wholly as before.
+The recipe: take the environment's lock; check, before the first write, every folder the commit
+will write or remove in; write the journal (which files, their hashes before and after); back up
+every file about to change; replace each target atomically (keeping its mode); remove the stale
+bytecode of each changed module; remove the journal. A write that fails rolls back at once. A
+journal found later means a run died part way: ``recover`` puts every listed file back from its
+backup (or removes it if it did not exist), so the environment is wholly as before.
+
+The journal names each file by a root ("state", "site", "dist:NAME") and a path relative to it,
+never by an absolute path: a journal only ever touches files of the environment it is found in,
+and a site moved (or a state directory copied) while interrupted still recovers. Recovery trusts
+nothing it reads: the journal's shape, each name (confined to its root, backups to the journal
+folder) and each backup's hash are checked before the first write; anything wrong leaves the site
+as it is and says what the operator can do (``fixpack recover --discard``).
 
 ``FIXPACK_CRASH_AFTER=N`` (crash tests only) kills the process with ``os._exit`` right after its
-N-th durable write.
+N-th durable write, rollback and recovery included.
 """
 
 from __future__ import annotations
@@ -16,21 +24,48 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
+import re
+import stat
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.fingerprint import sha256
-from ..errors import EnvironmentProblem
+from ..errors import EnvironmentProblem, UsageError
+from . import confine
 from .layout import JOURNAL
+
+__all__ = ["Write", "STATE", "SITE", "check", "commit", "recover", "discard", "locked", "remove_bytecode"]
+
+STATE, SITE = "state", "site"  # the journal's names of the state directory and of the folder holding it
+JOURNAL_INDEX = "journal.json"
+JOURNAL_FORMAT = 2  # 1 named files by absolute path
+_HASH = re.compile(r"^[0-9a-f]{64}$")
+_BACKUP = re.compile(r"^[0-9]+\.bak$")
 
 
 @dataclass(frozen=True)
 class Write:
     path: Path
     content: bytes | None  # None: remove the file
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One file of a transaction, as the journal names it."""
+
+    root: str
+    path: str
+    old: str | None  # sha256 before; None: the file did not exist
+    new: str | None
+    backup: str | None  # the backup's name in the journal folder; None when old is None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"root": self.root, "path": self.path, "old": self.old, "new": self.new, "backup": self.backup}
 
 
 class _Counter:
@@ -43,6 +78,14 @@ class _Counter:
         self.count += 1
         if self.limit is not None and self.count >= self.limit:
             os._exit(99)
+
+
+def way_out(state_dir: Path) -> str:
+    """What the operator can do when an interrupted transaction cannot be rolled back."""
+    return (
+        f"check the files named; then `fixpack recover --site {state_dir.parent} --discard` sets the journal "
+        "aside and leaves the files as they are, and `fixpack status` shows where each fix stands"
+    )
 
 
 def _fsync_dir(path: Path) -> None:
@@ -67,11 +110,15 @@ def _backup(source: Path, backup: Path) -> None:
             os.fsync(fh.fileno())
 
 
+def _tmp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.fixpack-tmp")
+
+
 def _atomic_write(path: Path, content: bytes, like: Path | None = None, sync_dir: bool = True) -> None:
     """Write via a temporary file in the same folder and rename it over ``path``.
 
     ``sync_dir=False``: the caller fsyncs the folder later (once for several renames)."""
-    tmp = path.with_name(f".{path.name}.fixpack-tmp")
+    tmp = _tmp(path)
     with open(tmp, "wb") as fh:
         fh.write(content)
         fh.flush()
@@ -93,46 +140,121 @@ def _remove(path: Path) -> None:
     _fsync_dir(path.parent)
 
 
+def _stale_bytecode(source: Path) -> list[Path]:
+    """The cached ``.pyc`` files of a module."""
+    cache = source.parent / "__pycache__"
+    if source.suffix != ".py" or not cache.is_dir():
+        return []
+    prefix = source.stem + "."
+    # As cache.glob(f"{stem}.*.pyc"), without compiling a pattern.
+    return [cache / n for n in os.listdir(cache) if n.startswith(prefix) and n.endswith(".pyc")]
+
+
 def remove_bytecode(source: Path) -> None:
     """Remove every cached ``.pyc`` of a module, so the next import compiles the new source."""
-    cache = source.parent / "__pycache__"
-    if source.suffix == ".py" and cache.is_dir():
-        prefix = source.stem + "."
-        for name in os.listdir(cache):  # as cache.glob(f"{stem}.*.pyc"), without compiling a pattern
-            if name.startswith(prefix) and name.endswith(".pyc"):
-                with contextlib.suppress(FileNotFoundError):
-                    (cache / name).unlink()
+    for pyc in _stale_bytecode(source):
+        with contextlib.suppress(FileNotFoundError):
+            pyc.unlink()
 
 
-def check_writable(paths: list[Path], state_dir: Path) -> None:
-    """Refuse before any write when a target's folder or the state directory is not writable.
+def _locate(path: Path, roots: dict[str, Path]) -> tuple[str, str]:
+    """The journal's name of ``path``: the innermost root holding it, and the path inside it."""
+    best: tuple[str, str] | None = None
+    depth = -1
+    for name, root in roots.items():  # in order: the first of equally deep roots wins
+        try:
+            rel = path.relative_to(root)
+        except ValueError:
+            continue
+        if len(root.parts) > depth:
+            best, depth = (name, rel.as_posix()), len(root.parts)
+    if best is None:
+        raise EnvironmentProblem(f"refusing to write {path}: it is under none of {', '.join(map(str, roots.values()))}")
+    return best
 
-    Files are replaced by renaming, so it is the folders that must be writable.
-    """
-    for path in [*paths, state_dir / JOURNAL]:
-        folder = path.parent
-        while not folder.exists():
-            folder = folder.parent
+
+def _state_folders(state_dir: Path) -> Path:
+    """The journal folder, once the state directory and it are known to be real folders, not links."""
+    confine.inside(state_dir.parent, state_dir.name, folder=True)
+    return confine.inside(state_dir, JOURNAL, folder=True)
+
+
+def _existing(folder: Path) -> Path:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def check(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None:
+    """Refuse, before any write, what the commit could not do: a path outside its root or through
+    a symlink, and any folder the commit writes or removes in that is not writable.
+
+    Files are replaced by renaming, so it is the folders that must be writable: each target's,
+    each ``__pycache__`` holding bytecode to remove, the state directory's (for the journal), and
+    for a folder still to be made, the nearest one that exists."""
+    journal = _state_folders(state_dir)
+    folders: dict[Path, None] = {_existing(journal): None}
+    for w in writes:
+        name, rel = _locate(w.path, roots)
+        confine.inside(roots[name], rel)
+        folders[_existing(w.path.parent)] = None
+        for pyc in _stale_bytecode(w.path):
+            folders[pyc.parent] = None
+    for folder in folders:
         if not os.access(folder, os.W_OK):
             raise EnvironmentProblem(
                 f"{folder} is not writable by uid {os.getuid()}: run fixpack as the owner of the "
-                "installation (e.g. as root when the image is built), or make it writable for this user"
+                "installation (e.g. as root when the image is built), or make it writable for this user",
+                path=str(folder),
             )
 
 
+def lock_timeout() -> float:
+    raw = os.environ.get("FIXPACK_LOCK_TIMEOUT", "300")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"FIXPACK_LOCK_TIMEOUT={raw!r}: expected a number of seconds, e.g. 300")
+    return value
+
+
+def _holder(fd: int) -> int | None:
+    """The pid holding a flock on ``fd``'s file, from /proc/locks (Linux); None when unknown."""
+    st = os.fstat(fd)
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 4242 00:2f:1234 0 EOF"
+        fields = line.split()
+        if "FLOCK" in fields and "->" not in fields and key in fields:
+            pid = fields[fields.index(key) - 1]
+            return int(pid) if pid.isdigit() else None
+    return None
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
-def locked(state_dir: Path, timeout: float | None = None) -> Iterator[None]:
+def locked(state_dir: Path, timeout: float | None = None, notify: Callable[[str], None] = _say) -> Iterator[None]:
     """Hold the environment's lock; a second fixpack waits for the first, then goes on.
 
     The lock is taken on the folder that holds the state directory, so taking it writes nothing.
-    """
+    A wait longer than a second is said once (``notify``), so that a slow start is explained."""
     if timeout is None:
-        timeout = float(os.environ.get("FIXPACK_LOCK_TIMEOUT", "300"))
+        timeout = lock_timeout()
     try:
         fd = os.open(state_dir.parent, os.O_RDONLY)
     except OSError as exc:
         raise EnvironmentProblem(f"cannot open {state_dir.parent} to lock it: {exc.strerror}") from None
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    told = False
     try:
         while True:
             try:
@@ -141,48 +263,58 @@ def locked(state_dir: Path, timeout: float | None = None) -> Iterator[None]:
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                     raise
-                if time.monotonic() >= deadline:
+                waited = time.monotonic() - start
+                if waited >= timeout:
                     raise EnvironmentProblem(
                         f"another fixpack holds the lock on {state_dir.parent} (waited {timeout:.0f} s)"
                     ) from None
+                if not told and waited >= 1.0:
+                    pid = _holder(fd)
+                    who = f" (pid {pid})" if pid is not None else ""
+                    notify(
+                        f"fixpack: waiting for another fixpack{who} holding the lock on {state_dir.parent}, "
+                        f"up to {timeout:.0f} s"
+                    )
+                    told = True
                 time.sleep(0.05)
         yield
     finally:
         os.close(fd)  # closing releases the lock
 
 
-def commit(state_dir: Path, writes: list[Write]) -> None:
-    """Apply ``writes`` all or nothing. The caller holds the lock and has checked everything.
+def commit(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None:
+    """Apply ``writes`` all or nothing. The caller holds the lock and has run :func:`check`.
 
-    A write that fails (a full disk, say) rolls back what was done before it, at once."""
+    A write that fails (a full disk, a file that cannot be removed) rolls back what was done
+    before it, at once; a rollback that cannot finish keeps the journal for the next run."""
+    counter = _Counter()
     try:
-        _commit(state_dir, writes)
+        _commit(state_dir, writes, roots, counter)
     except OSError as exc:
         try:
-            recover(state_dir)
+            _recover(state_dir, roots, counter)
         except EnvironmentProblem as again:
             raise EnvironmentProblem(f"writing failed ({exc}) and so did rolling back: {again.message}") from None
         raise EnvironmentProblem(f"writing failed, everything was put back: {exc}") from None
 
 
-def _commit(state_dir: Path, writes: list[Write]) -> None:
-    counter = _Counter()
+def _commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], counter: _Counter) -> None:
     journal = state_dir / JOURNAL
     journal.mkdir(parents=True, exist_ok=True)
     entries = []
     for i, w in enumerate(writes):
+        root, rel = _locate(w.path, roots)
         old = w.path.read_bytes() if w.path.exists() else None
-        entries.append({"path": str(w.path), "old": sha256(old), "new": sha256(w.content), "backup": f"{i}.bak"})
-    _atomic_write(journal / "journal.json", json.dumps({"entries": entries}, indent=1).encode())
+        backup = f"{i}.bak" if old is not None else None
+        entries.append(_Entry(root, rel, sha256(old), sha256(w.content), backup))
+    index = {"format": JOURNAL_FORMAT, "entries": [e.to_json() for e in entries]}
+    _atomic_write(journal / JOURNAL_INDEX, json.dumps(index, indent=1).encode())
     counter.wrote()
-    backed_up = False
     for w, entry in zip(writes, entries):
-        if entry["old"] is not None:
-            _backup(w.path, journal / entry["backup"])
-            backed_up = True
+        if entry.backup is not None:
+            _backup(w.path, journal / entry.backup)
             counter.wrote()
-    if backed_up:
-        _fsync_dir(journal)  # every backup is durable before the first target changes
+    _fsync_dir(journal)  # every backup is durable before the first target changes
     folders: dict[Path, None] = {}
     for w in writes:
         if w.content is None:
@@ -211,45 +343,140 @@ def _prune(state_dir: Path) -> None:
 
 def _clear_journal(journal: Path) -> None:
     # journal.json goes first: without it the folder's remains mean nothing.
-    _remove(journal / "journal.json")
+    _remove(journal / JOURNAL_INDEX)
     for leftover in journal.iterdir():
         leftover.unlink()
     journal.rmdir()
     _fsync_dir(journal.parent)
 
 
-def recover(state_dir: Path) -> bool:
-    """Undo a transaction that died part way. Returns True if there was one. Caller holds the lock."""
-    journal = state_dir / JOURNAL
+def _parse(raw: bytes, roots: dict[str, Path]) -> list[_Entry]:
+    """The journal's entries; ValueError, saying what is wrong, for anything but fixpack's shape."""
+    data = json.loads(raw)
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+        raise ValueError("not a fixpack journal (no list of entries)")
+    if data.get("format") != JOURNAL_FORMAT:
+        raise ValueError(f"journal format {data.get('format')!r}, this fixpack reads format {JOURNAL_FORMAT}")
+    entries = []
+    for n, e in enumerate(data["entries"]):
+        if not isinstance(e, dict) or set(e) != {"root", "path", "old", "new", "backup"}:
+            raise ValueError(f"entry {n} is not {{root, path, old, new, backup}}")
+        if e["root"] not in roots:
+            known = ", ".join(sorted(roots))
+            raise ValueError(f"entry {n} names root {e['root']!r}, which this environment does not have ({known})")
+        if not isinstance(e["path"], str):
+            raise ValueError(f"entry {n}: path is not text")
+        for key in ("old", "new"):
+            if e[key] is not None and not (isinstance(e[key], str) and _HASH.match(e[key])):
+                raise ValueError(f"entry {n}: {key} is not a sha256 hex digest")
+        if (e["backup"] is None) != (e["old"] is None):
+            raise ValueError(f"entry {n}: a backup is named exactly when the file existed before")
+        if e["backup"] is not None and not (isinstance(e["backup"], str) and _BACKUP.match(e["backup"])):
+            raise ValueError(f"entry {n}: backup {e['backup']!r} is not a name in the journal folder")
+        entries.append(_Entry(e["root"], e["path"], e["old"], e["new"], e["backup"]))
+    return entries
+
+
+def _read_backup(journal: Path, entry: _Entry) -> bytes:
+    """The backup's bytes, only from a regular file in the journal folder, and only if they are
+    the bytes the journal says the file had."""
+    assert entry.backup is not None
+    path = journal / entry.backup
+    try:
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"backup {path} is not a regular file")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"backup {path} cannot be read ({exc.strerror})") from None
+    if sha256(data) != entry.old:
+        raise ValueError(f"backup {path} is not the bytes the journal recorded (its sha256 is not {entry.old})")
+    return data
+
+
+def recover(state_dir: Path, roots: dict[str, Path]) -> bool:
+    """Undo a transaction that died part way. Returns True if there was one. Caller holds the lock.
+
+    EnvironmentProblem (exit 3), the site left as it is, when the journal cannot be trusted."""
+    return _recover(state_dir, roots, _Counter())
+
+
+def _recover(state_dir: Path, roots: dict[str, Path], counter: _Counter) -> bool:
+    journal = _state_folders(state_dir)
     if not journal.is_dir():
         return False
-    index = journal / "journal.json"
+    index = journal / JOURNAL_INDEX
     if not index.exists():  # died before the journal was complete: nothing was touched yet
-        _clear_journal(journal)
+        _finish(journal, state_dir)
         return True
     try:
-        entries = json.loads(index.read_bytes())["entries"]
-    except (ValueError, KeyError) as exc:
-        raise EnvironmentProblem(f"cannot read the interrupted transaction's journal {index}: {exc}") from None
-    for entry in reversed(entries):
-        path = Path(entry["path"])
-        _remove(path.with_name(f".{path.name}.fixpack-tmp"))  # a rename that never happened
-        now = sha256(path.read_bytes()) if path.exists() else None
-        if now == entry["old"]:
+        entries = _parse(index.read_bytes(), roots)
+        # Everything is judged before the first write: a journal that cannot be trusted leaves the site as it is.
+        plan: list[tuple[Path, bool, bytes | None]] = []  # path, to restore, its old bytes (None: remove)
+        for entry in entries:
+            path = confine.inside(roots[entry.root], entry.path)
+            now = sha256(path.read_bytes()) if path.exists() else None
+            if now == entry.old:
+                plan.append((path, False, None))
+            elif now == entry.new:
+                plan.append((path, True, _read_backup(journal, entry) if entry.old is not None else None))
+            else:
+                raise ValueError(f"{path} changed outside fixpack during the interrupted transaction")
+    except (OSError, ValueError, RecursionError, EnvironmentProblem) as exc:
+        reason = exc.message if isinstance(exc, EnvironmentProblem) else str(exc)
+        raise EnvironmentProblem(
+            f"cannot recover the interrupted transaction in {journal}: {reason}. Nothing was changed; "
+            + way_out(state_dir),
+            path=str(journal),
+        ) from None
+    problems = []
+    for path, restore, old in reversed(plan):
+        try:
+            tmp = _tmp(path)
+            if os.path.isfile(tmp) and not os.path.islink(tmp):  # a rename that never happened; only ours
+                _remove(tmp)
+            if not restore:
+                continue
+            if old is None:
+                _remove(path)
+            else:
+                _atomic_write(path, old, like=path)
+            counter.wrote()
+        except OSError as exc:
+            problems.append(f"{path}: {exc.strerror or exc}")
             continue
-        if now != entry["new"]:
-            raise EnvironmentProblem(
-                f"cannot recover: {path} changed outside fixpack during an interrupted transaction; "
-                f"journal kept in {journal}"
-            )
-        if entry["old"] is None:
-            _remove(path)
-        else:
-            backup = journal / entry["backup"]
-            if not backup.exists():
-                raise EnvironmentProblem(f"cannot recover: backup of {path} missing from {journal}")
-            _atomic_write(path, backup.read_bytes(), like=path)
-        remove_bytecode(path)
-    _clear_journal(journal)
-    _prune(state_dir)
+        # A .pyc left behind is harmless: the restored source's new mtime invalidates it.
+        with contextlib.suppress(OSError):
+            remove_bytecode(path)
+    if problems:
+        raise EnvironmentProblem(
+            f"could not finish rolling back the transaction in {journal} ({'; '.join(problems)}); "
+            f"the journal is kept and the next fixpack run tries again; or {way_out(state_dir)}",
+            path=str(journal),
+        )
+    _finish(journal, state_dir)
     return True
+
+
+def _finish(journal: Path, state_dir: Path) -> None:
+    try:
+        _clear_journal(journal)
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"the files are as before, but the journal {journal} could not be removed ({exc.strerror}); "
+            "remove it, or run fixpack again as a user who can",
+            path=str(journal),
+        ) from None
+    _prune(state_dir)
+
+
+def discard(state_dir: Path) -> Path | None:
+    """Set an interrupted transaction's journal aside, files left as they are: the operator's way
+    out when recovery refuses. Returns where the journal went (None: there was none)."""
+    journal = _state_folders(state_dir)
+    if not journal.is_dir():
+        return None
+    aside = state_dir / f"{JOURNAL}.discarded-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    os.replace(journal, aside)
+    _fsync_dir(state_dir)
+    return aside
