@@ -266,14 +266,14 @@ def locked(state_dir: Path, timeout: float | None = None, notify: Callable[[str]
                 waited = time.monotonic() - start
                 if waited >= timeout:
                     raise EnvironmentProblem(
-                        f"another fixpack holds the lock on {state_dir.parent} (waited {timeout:.0f} s)"
+                        f"another fixpack holds the lock on {state_dir.parent} (waited {timeout:g} s)"
                     ) from None
                 if not told and waited >= 1.0:
                     pid = _holder(fd)
                     who = f" (pid {pid})" if pid is not None else ""
                     notify(
                         f"fixpack: waiting for another fixpack{who} holding the lock on {state_dir.parent}, "
-                        f"up to {timeout:.0f} s"
+                        f"up to {timeout:g} s"
                     )
                     told = True
                 time.sleep(0.05)
