@@ -197,3 +197,14 @@ def test_a_crash_during_recovery_is_recovered_by_the_next_run(cookbook, site):
     assert r.returncode == 0 and "recovered" in r.stderr
     assert {p: site.read(p) for p in TARGETS} == pristine
     assert not (site.path / ".fixpack").exists()
+
+
+def test_an_editable_install_is_journalled_under_its_checkout_and_recovers(cookbook, tmp_path):
+    two_fixes(cookbook)
+    site = make_site(tmp_path, editable=True)  # vllm-gaudi's files live in a checkout outside the site
+    pristine = {p: site.read(p) for p in TARGETS}
+    journal = interrupted(cookbook, site)
+    assert ("dist:vllm-gaudi", "vllm_gaudi/runner.py") in {(e["root"], e["path"]) for e in journal["entries"]}
+    r = run_cli("status", "--site", str(site.path), env=env_of(cookbook))
+    assert r.returncode == 0 and "recovered" in r.stderr
+    assert {p: site.read(p) for p in TARGETS} == pristine

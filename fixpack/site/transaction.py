@@ -37,12 +37,11 @@ from pathlib import Path
 from ..core.fingerprint import sha256
 from ..errors import EnvironmentProblem, UsageError
 from . import confine
-from .layout import JOURNAL
+from .layout import JOURNAL, JOURNAL_INDEX
 
 __all__ = ["Write", "STATE", "SITE", "check", "commit", "recover", "discard", "locked", "remove_bytecode"]
 
 STATE, SITE = "state", "site"  # the journal's names of the state directory and of the folder holding it
-JOURNAL_INDEX = "journal.json"
 JOURNAL_FORMAT = 2  # 1 named files by absolute path
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 _BACKUP = re.compile(r"^[0-9]+\.bak$")
@@ -192,6 +191,8 @@ def check(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None:
     Files are replaced by renaming, so it is the folders that must be writable: each target's,
     each ``__pycache__`` holding bytecode to remove, the state directory's (for the journal), and
     for a folder still to be made, the nearest one that exists."""
+    if not writes:
+        return
     journal = _state_folders(state_dir)
     folders: dict[Path, None] = {_existing(journal): None}
     for w in writes:
@@ -355,8 +356,8 @@ def _parse(raw: bytes, roots: dict[str, Path]) -> list[_Entry]:
     data = json.loads(raw)
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
         raise ValueError("not a fixpack journal (no list of entries)")
-    if data.get("format") != JOURNAL_FORMAT:
-        raise ValueError(f"journal format {data.get('format')!r}, this fixpack reads format {JOURNAL_FORMAT}")
+    if data.get("format", 1) != JOURNAL_FORMAT:  # format 1 (no "format" key) named files by absolute path
+        raise ValueError(f"journal format {data.get('format', 1)!r}; this fixpack reads format {JOURNAL_FORMAT}")
     entries = []
     for n, e in enumerate(data["entries"]):
         if not isinstance(e, dict) or set(e) != {"root", "path", "old", "new", "backup"}:
@@ -445,7 +446,7 @@ def _recover(state_dir: Path, roots: dict[str, Path], counter: _Counter) -> bool
         except OSError as exc:
             problems.append(f"{path}: {exc.strerror or exc}")
             continue
-        # A .pyc left behind is harmless: the restored source's new mtime invalidates it.
+        # A .pyc left behind is harmless: it records another file's mtime and size than the one restored.
         with contextlib.suppress(OSError):
             remove_bytecode(path)
     if problems:
