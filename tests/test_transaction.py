@@ -1,16 +1,21 @@
-"""Crashes at every write point, concurrent applies, read-only targets, revert, stale bytecode."""
+"""Crashes at every write point (apply, revert, a commit that fails and its rollback), kill -9 at
+random moments, concurrent applies, read-only targets, revert, stale bytecode."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import py_compile
+import random
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from builders import BATCH, REPO, RUNNER, SAMPLER, make_site, run_cli
+from builders import BATCH, REPO, RUNNER, SAMPLER, Site, make_site, run_cli
 
 from fixpack.commands import apply as operations
 from fixpack.cookbook.catalog import Catalog
@@ -223,3 +228,101 @@ def test_a_write_that_fails_midway_is_rolled_back_at_once(cookbook, site, monkey
     monkeypatch.setattr(os, "replace", real_replace)
     assert targets(site) == before
     assert not (site.path / ".fixpack").exists()
+
+
+def test_crash_after_every_write_point_of_revert_leaves_before_or_after(cookbook, tmp_path):
+    three_fixes(cookbook)
+    env = {"FIXPACK_COOKBOOK": str(cookbook.root)}
+    reference = make_site(tmp_path / "reference")
+    pristine = targets(reference)
+    assert run_cli("apply", "--profile", "v0.26.0", "--site", str(reference.path), env=env).returncode == 0
+    patched = targets(reference)
+    for n in range(1, 30):
+        site = Site(tmp_path / f"crash{n}" / "site", {d: tmp_path / f"crash{n}" / "site" for d in reference.roots})
+        shutil.copytree(reference.path, site.path, symlinks=True)
+        r = run_cli("revert", "--site", str(site.path), env={**env, "FIXPACK_CRASH_AFTER": str(n)})
+        if r.returncode == 0:  # the run had fewer than n writes: it completed
+            assert targets(site) == pristine and not (site.path / ".fixpack").exists()
+            assert n > 8  # journal, 4 backups of targets, 3 of pristine copies and the manifest's: all crashed
+            break
+        assert r.returncode == 99, r.stderr
+        st = run_cli("status", "--site", str(site.path), "--json", env=env)
+        assert st.returncode == 0, st.stderr
+        assert targets(site) == patched, f"crash after write {n}"
+        assert not (site.path / ".fixpack" / "journal").exists()
+        assert {f["state"] for f in json.loads(st.stdout)["fixes"]} == {"applied"}
+        assert run_cli("revert", "--site", str(site.path), env=env).returncode == 0
+        assert targets(site) == pristine
+    else:
+        pytest.fail("revert never completed")
+
+
+def test_crash_at_every_write_point_of_a_failed_commit_and_its_rollback(cookbook, tmp_path):
+    """A commit that fails part way (a stale .pyc that cannot be removed: here a folder in its
+    place, which defeats root too) rolls back; a crash at any write of the commit or of the
+    rollback is recovered by the next command to wholly before."""
+    three_fixes(cookbook)
+    env = {"FIXPACK_COOKBOOK": str(cookbook.root)}
+    for n in range(1, 40):
+        site = make_site(tmp_path / f"crash{n}")
+        pristine = targets(site)
+        stuck = Path(importlib.util.cache_from_source(str(site.file("vllm_gaudi/batch.py"))))
+        (stuck / "inside").mkdir(parents=True)
+        r = run_cli(
+            "apply", "--profile", "v0.26.0", "--site", str(site.path), env={**env, "FIXPACK_CRASH_AFTER": str(n)}
+        )
+        if r.returncode == 3:  # fewer than n writes: the commit failed and rolled back by itself
+            assert "writing failed, everything was put back" in r.stderr and str(stuck) in r.stderr
+            assert targets(site) == pristine and not (site.path / ".fixpack").exists()
+            assert n > 10  # the commit's journal, backups and targets, and the rollback's restores: all crashed
+            break
+        assert r.returncode == 99, r.stderr
+        st = run_cli("status", "--site", str(site.path), "--json", env=env)
+        assert st.returncode == 0, st.stderr
+        assert targets(site) == pristine, f"crash after write {n}"
+        assert not (site.path / ".fixpack").exists() and json.loads(st.stdout)["fixes"] == []
+    else:
+        pytest.fail("the failing apply never ran to its end")
+
+
+def test_kill_9_at_random_moments_leaves_before_or_after(cookbook, site):
+    """SIGKILL at random moments of apply and revert (15 runs, alternating; every other kill aimed
+    at the transaction): once the next command (status) has run, the site is wholly before or
+    wholly after, and the manifest says which."""
+    three_fixes(cookbook)
+    env = dict(os.environ, PYTHONPATH=str(REPO), FIXPACK_COOKBOOK=str(cookbook.root))
+    pristine = targets(site)
+    started = time.monotonic()
+    assert run_cli("apply", "--profile", "v0.26.0", "--site", str(site.path), env=env).returncode == 0
+    duration = time.monotonic() - started
+    patched = targets(site)
+    assert run_cli("revert", "--site", str(site.path), env=env).returncode == 0
+    seed = random.randrange(1 << 30)
+    rnd = random.Random(seed)
+    applied, interrupted = False, 0
+    for i in range(15):
+        args = ["revert"] if applied else ["apply", "--profile", "v0.26.0"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fixpack", *args, "--site", str(site.path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        if i % 2:  # anywhere in the run
+            time.sleep(rnd.uniform(0, duration))
+        else:  # inside the transaction, which lasts milliseconds: from the journal's appearance
+            while proc.poll() is None and not (site.path / ".fixpack" / "journal").exists():
+                time.sleep(0.0005)
+            time.sleep(rnd.uniform(0, 0.01))
+        proc.kill()
+        code = proc.wait()
+        interrupted += (site.path / ".fixpack" / "journal").exists()
+        st = run_cli("status", "--site", str(site.path), "--json", env=env)
+        assert st.returncode == 0, (seed, i, st.stderr)
+        now = targets(site)
+        assert now in (pristine, patched), f"seed {seed}, run {i} ({args[0]}, exit {code}): a mixed site"
+        applied = now == patched
+        states = {f["state"] for f in json.loads(st.stdout)["fixes"]}
+        assert states == ({"applied"} if applied else set()), (seed, i, states)
+        assert not (site.path / ".fixpack" / "journal").exists()
+    print(f"kill -9 loop: seed {seed}, {interrupted} of 15 kills left a journal")

@@ -16,6 +16,7 @@ COMMANDS = {
     "apply": "site_commands:apply",
     "status": "site_commands:status",
     "revert": "site_commands:revert",
+    "recover": "recover_command:recover",
     "list": "site_commands:list_",
     "show": "site_commands:show",
     "profiles": "site_commands:profiles",

@@ -55,7 +55,7 @@ def apply(
     env, dists = installed(profile, site)
     commit_notes = check_commits(profile, dists, allow_unpinned)
     result.notes += commit_notes
-    destination = InPlace(env.state_dir)
+    destination = InPlace.of(env)
     with destination.locked():
         recovered = destination.recover()
         if recovered:

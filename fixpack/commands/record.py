@@ -214,7 +214,7 @@ def record(
     env = Environment.read({p.dist: p.package for p in profile.pins}, site)
     dists = {p.dist: env.get(p.dist) for p in profile.pins}
     notes = []
-    destination = InPlace(env.state_dir)
+    destination = InPlace.of(env)
     with destination.locked():
         recovered = destination.recover()
         if recovered:

@@ -27,7 +27,7 @@ def revert(catalog: Catalog, names: tuple[str, ...], site: Path | None, dry_run:
     if not env.found:
         result.notes.append("nothing is applied here")
         return result
-    destination = InPlace(env.state_dir)
+    destination = InPlace.of(env)
     with destination.locked():
         recovered = destination.recover()
         if recovered:

@@ -39,7 +39,7 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None) -> Sta
     if not env.found:
         where = f"in {site}" if site is not None else "in this interpreter's path (use --site DIR?)"
         raise EnvironmentProblem(f"neither of {', '.join(sorted(env.wanted))} is installed {where}")
-    destination = InPlace(env.state_dir)
+    destination = InPlace.of(env)
     with destination.locked():
         recovered = destination.recover()
         if recovered:

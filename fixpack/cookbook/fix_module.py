@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 from ..core.patch import index
+from ..core.paths import check_all
 from ..models import PROOF_LEVELS, UPSTREAM_STATUSES, Change, Fix, Proof, Upstream
 from . import tomlfile
 from .lockfile import lock_path, read_lock
@@ -72,7 +73,9 @@ def load_fix(fix_dir: Path) -> Fix:
             raise invalid(patch_file, str(exc)) from None
         if not per_file:
             raise invalid(patch_file, "no file diffs in it")
+        check_all((fd.path for fd in per_file), fix_id=fix_id, where=patch_file)
         prints = read_lock(lock_path(fix_dir, release))
+        check_all(prints, fix_id=fix_id, where=lock_path(fix_dir, release))
         changes[release] = tuple(
             Change(
                 fix_id=fix_id,

@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlparse
 
 from ..core.names import canonical
 from ..errors import EnvironmentProblem
-from . import commits
+from . import commits, confine
 from .commits import Commit
 from .layout import STATE_DIR_NAME
 from .record import read_record
@@ -36,7 +36,7 @@ class Distribution:
     _record: dict[str, str] | None = field(default=None, repr=False)
 
     def file(self, path: str) -> Path:
-        return self.files_root / path
+        return confine.inside(self.files_root, path)
 
     @property
     def site(self) -> Path:

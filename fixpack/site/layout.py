@@ -3,5 +3,6 @@ shared by the full apply and the standard-library-only warm path."""
 
 STATE_DIR_NAME = ".fixpack"  # beside the dist-info of the distributions it patches
 MANIFEST = "manifest.json"
-JOURNAL = "journal"
+JOURNAL = "journal"  # the folder of a transaction under way
+JOURNAL_INDEX = "journal.json"  # in it: which files, their hashes, their backups
 PRISTINE_DIR = "pristine"  # a copy of each patched file as the release had it, by repository path

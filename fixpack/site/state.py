@@ -7,6 +7,7 @@ from collections.abc import Container
 from pathlib import Path
 
 from ..errors import Refused, UsageError
+from . import confine
 from .layout import MANIFEST, PRISTINE_DIR
 from .manifest import Manifest
 
@@ -40,4 +41,4 @@ def read_manifest(state_dir: Path, known: Container[str], cookbook: Path | str =
 
 def pristine_copy(state_dir: Path, path: str) -> Path:
     """Where the release's bytes of a patched file are kept."""
-    return state_dir / PRISTINE_DIR / path
+    return confine.inside(state_dir, f"{PRISTINE_DIR}/{path}")

@@ -1,0 +1,79 @@
+"""Durable file operations for the transaction: write via a temporary file and rename, keep a
+backup by hard link, fsync folders, and find a module's cached bytecode."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+__all__ = ["fsync_dir", "backup", "tmp_name", "atomic_write", "remove", "stale_bytecode", "remove_bytecode"]
+
+
+def fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def backup(source: Path, backup: Path) -> None:
+    """Keep ``source``'s bytes at ``backup``: a hard link where possible (targets are only ever
+    replaced by renaming, never written in place, so the linked inode keeps the old bytes), else a
+    copy. The caller fsyncs the journal folder once for all backups."""
+    try:
+        os.link(source, backup)
+    except OSError:  # another file system, or links not allowed: copy
+        with open(backup, "wb") as fh:
+            fh.write(source.read_bytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.fixpack-tmp")
+
+
+def atomic_write(path: Path, content: bytes, like: Path | None = None, sync_dir: bool = True) -> None:
+    """Write via a temporary file in the same folder and rename it over ``path``.
+
+    ``sync_dir=False``: the caller fsyncs the folder later (once for several renames)."""
+    tmp = tmp_name(path)
+    with open(tmp, "wb") as fh:
+        fh.write(content)
+        fh.flush()
+        os.fsync(fh.fileno())
+    source = like if like is not None and like.exists() else None
+    if source is not None:
+        st = source.stat()
+        os.chmod(tmp, st.st_mode & 0o7777)
+        with contextlib.suppress(OSError):  # keep the owner when run as root on another's files
+            os.chown(tmp, st.st_uid, st.st_gid)
+    os.replace(tmp, path)
+    if sync_dir:
+        fsync_dir(path.parent)
+
+
+def remove(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fsync_dir(path.parent)
+
+
+def stale_bytecode(source: Path) -> list[Path]:
+    """The cached ``.pyc`` files of a module."""
+    cache = source.parent / "__pycache__"
+    if source.suffix != ".py" or not cache.is_dir():
+        return []
+    prefix = source.stem + "."
+    # As cache.glob(f"{stem}.*.pyc"), without compiling a pattern.
+    return [cache / n for n in os.listdir(cache) if n.startswith(prefix) and n.endswith(".pyc")]
+
+
+def remove_bytecode(source: Path) -> None:
+    """Remove every cached ``.pyc`` of a module, so the next import compiles the new source."""
+    for pyc in stale_bytecode(source):
+        with contextlib.suppress(FileNotFoundError):
+            pyc.unlink()
