@@ -10,8 +10,8 @@ vLLM's own dependencies are not installed where proofs run, and vllm_gaudi impor
 file with :func:`load_function` and calls it with stand-ins. That runs the tree's real code: on the
 pristine tree the bug shows, on the patched tree it does not.
 
-Every proof runs in its own interpreter (``run_proof``) so that module stubs and imports of one
-proof never leak into another, or into fixpack.
+Every proof runs in a process of its own (:mod:`fixpack.proofrun`) so that module stubs and
+imports of one proof never leak into another, or into fixpack.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import argparse
 import ast
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import types
@@ -127,33 +126,13 @@ def _child(proof_file: Path, trees: Trees) -> int:
     return PASSED
 
 
-@dataclass(frozen=True)
-class ProofRun:
-    code: int  # PASSED, BUG_PRESENT or ERROR
-    output: str
-
-
-def run_proof(proof_file: Path, trees: Trees, timeout: float = 600.0) -> ProofRun:
-    """Run a proof in a fresh interpreter; never raises for the proof's own failures."""
-    repo_root = Path(__file__).resolve().parent.parent
-    args = [sys.executable, "-m", "fixpack.proofkit", "run", str(proof_file)]
-    if trees.vllm_gaudi is not None:
-        args += ["--vllm-gaudi", str(trees.vllm_gaudi)]
-    if trees.vllm is not None:
-        args += ["--vllm", str(trees.vllm)]
-    # The proof's own cookbook first (for its fixes/_support helpers), then the fixpack it runs with.
-    cookbook = proof_file.resolve().parents[2]
-    path = [str(cookbook), str(repo_root), os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # proofs must not leave __pycache__ in the trees
-    try:
-        done = subprocess.run(
-            args, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(proof_file.parent)
-        )
-    except subprocess.TimeoutExpired:
-        return ProofRun(ERROR, f"proof timed out after {timeout:.0f} s")
-    code = done.returncode if done.returncode in (PASSED, BUG_PRESENT) else ERROR
-    return ProofRun(code, (done.stdout + done.stderr).strip())
+def run_request(request: dict[str, Any]) -> int:
+    """Run a proof as ``_request`` describes it, in this (forked) process."""
+    os.chdir(request["cwd"])
+    sys.path[:0] = request["path"]
+    sys.dont_write_bytecode = True  # proofs must not leave __pycache__ in the trees
+    trees = Trees(*(None if request[k] is None else Path(request[k]) for k in ("vllm_gaudi", "vllm")))
+    return _child(Path(request["proof"]), trees)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,9 +29,11 @@ ALLOWED = {
         "fixpack.site",
         "fixpack.transforms",
         "fixpack.proofkit",
+        "fixpack.proofrun",
     },
     "fixpack.cli": {"fixpack", "fixpack.commands", "fixpack.cookbook", "fixpack.errors", "fixpack.models"},
     "fixpack.proofkit": set(),
+    "fixpack.proofrun": {"fixpack.proofkit"},
     "fixpack.__main__": {"fixpack.cli"},
     "fixpack": set(),
 }

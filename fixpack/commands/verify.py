@@ -21,7 +21,8 @@ from ..core.fingerprint import sha256
 from ..core.plan import chains
 from ..errors import FixpackError, Refused
 from ..models import Fix, Profile, ProofVerdict
-from ..proofkit import BUG_PRESENT, PASSED, Trees, run_proof
+from ..proofkit import BUG_PRESENT, PASSED, Trees
+from ..proofrun import run_proof
 from . import lock
 
 __all__ = ["FixVerdict", "verify_profile", "junit"]
