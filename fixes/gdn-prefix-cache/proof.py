@@ -466,3 +466,29 @@ def check(trees: Trees) -> None:
                 f"{'its own running state' if torch.equal(got, b_state[t][g]) else 'other data'}")
     touched_slots, touched_blocks = changed(before)
     assert touched_slots <= {slot("B", g) for g in range(2)} and not touched_blocks, "step 9 touched other state"
+
+    # Start-up: prefix caching for a GDN model without compact slots is refused, since this change
+    # serves compact slots only (the non-compact GDN layers read and write one state index).
+    _start_up(root)
+
+
+def _start_up(root: Path) -> None:
+    """The GDN set-up of the tree's HPUModelRunner.__init__ (fixes/_support/gdn_init.py). Compact GDN
+    with prefix caching is not run here: verify's whole-pack tree also carries gdn-prefix-cache-guard,
+    which this fix supersedes, so it refuses that setting there; apply never installs both."""
+    from fixes._support.gdn_init import describe, gdn_start
+
+    for what, env, kwargs in [("VLLM_COMPACT_GDN=0, no prefix caching", {"VLLM_COMPACT_GDN": "0"}, {}),
+                              ("compact GDN, no prefix caching", {}, {})]:
+        start = gdn_start(root, prefix_caching=False, env=env, **kwargs)
+        if start.error is not None:
+            raise RuntimeError(f"{what}: must start, but {describe(start)}")
+    for what, env, kwargs in [("VLLM_COMPACT_GDN=0, --enable-prefix-caching", {"VLLM_COMPACT_GDN": "0"}, {}),
+                              ("PD serving (compact GDN turned off), --enable-prefix-caching", {},
+                               {"kv_transfer": True})]:
+        start = gdn_start(root, prefix_caching=True, env=env, **kwargs)
+        assert start.error is not None, (
+            f"{what}: the worker starts with non-compact GDN state and prefix caching on, which this change "
+            f"does not serve ({describe(start)})")
+        assert isinstance(start.error, ValueError) and "VLLM_COMPACT_GDN" in str(start.error), (
+            f"{what}: refused, but not with a clear error: {describe(start)}")
