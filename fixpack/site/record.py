@@ -68,22 +68,24 @@ def render_record(rows: list[tuple[str, str, str]], newline: str = "\r\n") -> by
 def rewrite_record(pristine: bytes, files: dict[str, bytes | None], unhashed: list[str]) -> bytes:
     """RECORD as it must be once ``files`` (path -> new bytes, None: removed) are written, with
     ``unhashed`` paths listed too (a file whose hash cannot be known when RECORD is written): the
-    rows of ``pristine`` in their order, then the new files. Pip uninstalls what RECORD lists."""
-    rows: list[tuple[str, str, str]] = []
+    rows of ``pristine`` in their order, then the new files. Pip uninstalls what RECORD lists.
+
+    Rows no file changes keep their bytes: only the few a plan touches are parsed and rewritten
+    (a RECORD has thousands of rows, and this runs on every cold start)."""
+    text = pristine.decode("utf-8", "surrogateescape")  # every byte of a row kept as it was
+    newline = "\r\n" if "\r\n" in text or not text else "\n"
+    out: list[str] = []
     seen = set()
-    for fields in csv.reader(io.StringIO(pristine.decode("utf-8", "replace"))):
-        if not fields:
-            continue
-        path = fields[0]
+    for line in text.splitlines(keepends=True):
+        # A path with a comma or a quote is quoted (csv); any other starts the line plainly.
+        path = next(csv.reader([line]), [""])[0] if line.startswith('"') else line.split(",", 1)[0]
         seen.add(path)
-        if path in files:
-            content = files[path]
-            if content is not None:
-                rows.append(row_for(path, content))
-        else:
-            rows.append(tuple((fields + ["", ""])[:3]))  # type: ignore[arg-type]
-    for path, content in files.items():
-        if path not in seen and content is not None:
-            rows.append(row_for(path, content))
-    rows += [(path, "", "") for path in unhashed if path not in seen]
-    return render_record(rows, "\r\n" if b"\r\n" in pristine or not pristine else "\n")
+        if path not in files:
+            out.append(line)
+        elif files[path] is not None:
+            out.append(render_record([row_for(path, files[path])], newline).decode("utf-8"))  # type: ignore[arg-type]
+    if out and not out[-1].endswith("\n"):
+        out[-1] += newline
+    added = [row_for(path, content) for path, content in files.items() if path not in seen and content is not None]
+    added += [(path, "", "") for path in unhashed if path not in seen]
+    return "".join(out).encode("utf-8", "surrogateescape") + render_record(added, newline)
