@@ -292,3 +292,13 @@ def test_exec_applies_then_runs_the_command_with_the_overlay(cookbook, site, tmp
     refused = subprocess.run([*args, "--overlay", str(overlay), "--exec", *command], capture_output=True, text=True,
                              env=env)  # fmt: skip
     assert refused.returncode == 1 and "ran" not in refused.stdout  # || exit 1 holds: no exec
+
+
+def test_a_dry_run_writes_nothing_and_a_new_folder_is_made(cookbook, site, tmp_path):
+    three_fixes(cookbook)
+    overlay = tmp_path / "not" / "yet" / "overlay"
+    r = apply(cookbook, site, overlay, "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    assert {f["action"] for f in json.loads(r.stdout)["fixes"]} == {"would-apply"}
+    assert not (tmp_path / "not").exists()
+    assert apply(cookbook, site, overlay).returncode == 0 and (overlay / "sitecustomize.py").is_file()

@@ -134,6 +134,8 @@ class Overlay:
                 "name a new or empty folder (fixpack replaces the whole folder)",
                 path=str(self.root),
             )
+        while not parent.exists() and parent != parent.parent:  # a folder still to be made: its nearest one
+            parent = parent.parent
         if not os.access(parent, os.W_OK | os.X_OK):
             raise EnvironmentProblem(
                 f"{parent} is not writable by uid {os.getuid()}: the overlay is built beside {self.root.name} "
