@@ -33,8 +33,9 @@ def main() -> None:
     sys.path.insert(0, ROOT)
     from fixpack.site.warm import try_warm  # standard library only
 
-    if try_warm(sys.argv[1:], ROOT) == 0:  # already applied and unchanged: nothing else is imported
-        sys.exit(0)
+    code = try_warm(sys.argv[1:], ROOT)
+    if code is not None:  # already applied and unchanged: nothing else is imported (--exec: CMD ran)
+        sys.exit(code)
     missing = []
     for module, requirement in requirements().items():
         try:

@@ -34,6 +34,7 @@ ALLOWED = {
     "fixpack.cli": {"fixpack", "fixpack.commands", "fixpack.cookbook", "fixpack.errors", "fixpack.models"},
     "fixpack.proofkit": set(),
     "fixpack.proofrun": {"fixpack.proofkit"},
+    "fixpack.runtime": set(),  # runs inside vLLM processes, copied out of fixpack: the standard library only
     "fixpack.__main__": {"fixpack.cli"},
     "fixpack": set(),
 }

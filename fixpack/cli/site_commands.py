@@ -7,9 +7,40 @@ from typing import Any
 
 import click
 
-from ..errors import FixpackError
+from ..errors import EnvironmentProblem, FixpackError, UsageError
 from . import render
 from .options import JSON, SITE, catalog, guard
+
+OVERLAY = click.option(
+    "--overlay",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="Write nothing under site-packages: build the patched modules and a start-up import hook into DIR; "
+    "a process with DIR on PYTHONPATH imports the patched code (read-only and non-root images).",
+)
+
+
+class ExecCommand(click.Command):
+    """A command whose ``--exec CMD [ARGS...]`` takes the rest of the line, unparsed."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--exec" in args:
+            at = args.index("--exec")
+            ctx.meta["fixpack.exec"] = args[at + 1 :]
+            args = args[:at]
+            if not ctx.meta["fixpack.exec"]:
+                raise click.UsageError("--exec needs a command: --exec CMD [ARGS...]", ctx=ctx)
+        return super().parse_args(ctx, args)
+
+
+def _exec(command: list[str], overlay: Path | None) -> None:
+    """Replace this process with ``command``, in the environment the overlay needs."""
+    from ..commands.overlay import exec_command
+
+    try:
+        exec_command(command, str(overlay) if overlay is not None else None)
+    except OSError as exc:
+        raise EnvironmentProblem(f"--exec {command[0]}: {exc.strerror}") from None
 
 
 def _result_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -30,12 +61,16 @@ Environment:
   FIXPACK_COOKBOOK      use the fixes/ and profiles/ of another checkout
   FIXPACK_LOCK_TIMEOUT  seconds to wait for another fixpack's lock (default 300)
   FIXPACK_NO_FAST_PATH  1: apply_all.py always runs the full apply
+  FIXPACK_RUNTIME_CHECK in vLLM processes: stop (default), warn or off
+\b
+--exec CMD [ARGS...]   last on the line: once applied (exit 0), replace this
+                       process with CMD, with DIR on PYTHONPATH for --overlay DIR
 \b
 Exit codes: 0 done; 1 refused (nothing changed); 2 usage; 3 environment.
 """
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=APPLY_EPILOG)
+@click.command(cls=ExecCommand, context_settings={"help_option_names": ["-h", "--help"]}, epilog=APPLY_EPILOG)
 @click.option("--profile", "profile", required=True, metavar="NAME", help="The release profile, e.g. v0.26.0.")
 @click.argument("fixes", nargs=-1, metavar="[FIX ...]")
 @click.option("--dry-run", is_flag=True, help="Check and report; write nothing.")
@@ -46,9 +81,16 @@ Exit codes: 0 done; 1 refused (nothing changed); 2 usage; 3 environment.
     help="Apply to a build whose commit the profile does not pin, if every fingerprint holds.",
 )
 @SITE
+@OVERLAY
 @guard(_result_error)
 def apply(
-    profile: str, fixes: tuple[str, ...], dry_run: bool, as_json: bool, allow_unpinned: bool, site: Path | None
+    profile: str,
+    fixes: tuple[str, ...],
+    dry_run: bool,
+    as_json: bool,
+    allow_unpinned: bool,
+    site: Path | None,
+    overlay: Path | None,
 ) -> int:
     """Apply a profile's fixes and the named opt-in FIXes, all or nothing.
 
@@ -56,8 +98,13 @@ def apply(
     """
     from ..commands.apply import apply as run
 
-    result = run(catalog(), profile, fixes, site, dry_run, allow_unpinned, render=render.printed)
+    command = click.get_current_context().meta.get("fixpack.exec")
+    if command and dry_run:
+        raise UsageError("--exec runs a command once the fixes are applied; not with --dry-run")
+    result = run(catalog(), profile, fixes, site, dry_run, allow_unpinned, render=render.printed, overlay=overlay)
     render.result(result, as_json)
+    if command and result.exit_code == 0:
+        _exec(command, overlay)
     return result.exit_code
 
 
@@ -65,12 +112,13 @@ def apply(
 @click.option("--profile", metavar="NAME", help="Report every fix of this profile (default: what is applied).")
 @JSON
 @SITE
+@OVERLAY
 @guard(_status_error)
-def status(profile: str | None, as_json: bool, site: Path | None) -> int:
+def status(profile: str | None, as_json: bool, site: Path | None, overlay: Path | None) -> int:
     """Show the installed distributions, their commits, and the state of each fix."""
     from ..commands.status import status as run
 
-    st = run(catalog(), profile, site)
+    st = run(catalog(), profile, site, overlay)
     if as_json:
         render.dump(render.status_json(st))
     else:
@@ -83,12 +131,15 @@ def status(profile: str | None, as_json: bool, site: Path | None) -> int:
 @click.option("--dry-run", is_flag=True, help="Report what would be reverted; write nothing.")
 @JSON
 @SITE
+@OVERLAY
 @guard(_result_error)
-def revert(fixes: tuple[str, ...], dry_run: bool, as_json: bool, site: Path | None) -> int:
-    """Revert the named FIXes and the fixes that require them (default: all), to the exact bytes."""
+def revert(fixes: tuple[str, ...], dry_run: bool, as_json: bool, site: Path | None, overlay: Path | None) -> int:
+    """Revert the named FIXes and the fixes that require them (default: all), to the exact bytes.
+
+    With --overlay DIR: in that overlay (all of them: DIR is removed)."""
     from ..commands.revert import revert as run
 
-    result = run(catalog(), fixes, site, dry_run=dry_run)
+    result = run(catalog(), fixes, site, dry_run=dry_run, overlay=overlay)
     render.result(result, as_json)
     return result.exit_code
 

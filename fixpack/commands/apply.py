@@ -1,7 +1,9 @@
 """``fixpack apply``: a profile's fixes and the opt-ins asked for, applied all or nothing.
 
 The recipe: recover -> plan -> recognise -> rebuild -> write set -> destination.commit. Every new
-file content is computed and compiled in memory before the first write.
+file content is computed and compiled in memory before the first write. In place, the runtime
+check (``fixpack.site.plugin``) is installed in the same transaction; ``overlay``: the same plan
+goes to a folder instead (``fixpack.commands.overlay``).
 """
 
 from __future__ import annotations
@@ -13,22 +15,26 @@ from ..cookbook.catalog import Catalog
 from ..core.fingerprint import patch_digest, sha256
 from ..core.names import suggest
 from ..core.plan import resolve
-from ..errors import FixpackError, Refused, UsageError
+from ..errors import Refused, UsageError
 from ..models import Action, Change, FileRecord, Plan, Profile
-from ..site import warm
+from ..site import plugin, warm
 from ..site.destination import InPlace
 from ..site.distributions import Distribution
 from ..site.manifest import Manifest
 from ..site.state import read_manifest
+from .overlay import apply_overlay
 from .results import FixResult, Result
 from .steps import (
     InstalledFile,
+    already_applied,
     check_commits,
     installed,
     nothing_changed,
+    pulled_in_notes,
     rebuild_files,
     recognise_files,
     refuse_drift,
+    refused_results,
     write_set,
 )
 
@@ -45,13 +51,17 @@ def apply(
     dry_run: bool = False,
     allow_unpinned: bool = False,
     render: Renderer | None = None,
+    overlay: Path | None = None,
 ) -> Result:
-    """``render``: how the CLI prints a result; given, a writing apply records the warm stamp."""
+    """``render``: how the CLI prints a result; given, a writing apply records the warm stamp.
+    ``overlay``: build the patched modules into this folder instead of writing in place."""
     profile = catalog.profile(profile_name)
     result = Result("apply", profile.name, dry_run=dry_run)
     for name in asked:
         if name not in catalog.fixes:
             raise UsageError(f"unknown fix {name!r}{suggest(name, list(profile.pack))}", fix_id=name)
+    if overlay is not None:
+        return apply_overlay(catalog, profile, asked, site, overlay, dry_run, allow_unpinned, render)
     env, dists = installed(profile, site)
     commit_notes = check_commits(profile, dists, allow_unpinned)
     result.notes += commit_notes
@@ -67,9 +77,10 @@ def apply(
                 "revert them first"
             )
         plan = resolve(catalog.fixes, profile, asked, keep=manifest.fixes)
-        result.notes += _pulled_in(plan)
-        if _all_applied(manifest, plan, dists, profile):
-            result.fixes = _already_applied(plan)
+        result.notes += pulled_in_notes(plan)
+        site_dir = destination.state_dir.parent
+        if _all_applied(manifest, plan, dists, profile) and not _runtime_writes(site_dir, manifest, dists):
+            result.fixes = already_applied(plan)
             return result
         paths = list(dict.fromkeys([*plan.paths(), *manifest.files]))
         files = recognise_files(catalog.fixes, profile, dists, manifest, paths, destination.state_dir)
@@ -78,7 +89,7 @@ def apply(
             rebuilt = rebuild_files(plan, files, plan.fix_ids)
         except Refused as refused:
             result.error = nothing_changed(refused)
-            result.fixes = _refused(plan, refused)
+            result.fixes = refused_results(plan, refused)
             return result
         for fix in plan.fixes:
             done = all(_still_applied(c, files[c.path], manifest) for c in fix.changes[profile.release])
@@ -86,42 +97,24 @@ def apply(
             pulled_in_by = plan.pulled_in.get(fix.id)
             result.fixes.append(FixResult(fix.id, action, None, rebuilt.counts.get(fix.id, []), pulled_in_by))
         new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records)
+        runtime = plugin.in_place(site_dir, new_manifest, list(dists.values()))
 
         def stamp() -> dict:  # how the all-applied state this apply leaves is recognised next time
-            done = Result("apply", profile.name, _already_applied(plan), [*commit_notes, *_pulled_in(plan)])
+            done = Result("apply", profile.name, already_applied(plan), [*commit_notes, *pulled_in_notes(plan)])
             key = warm.request_key(catalog.root, profile.name, list(asked), site, allow_unpinned)
             targets = _targets(rebuilt.records, dists)
+            targets.update({str(p): sha256(c) for p, c in runtime.items() if c is not None})
             return warm.make_stamp(key, list(dists.values()), destination.state_dir, targets, render(done))
 
         state_dir, installed_dists = destination.state_dir, list(dists.values())
         writes = write_set(
-            files, rebuilt, new_manifest, manifest, state_dir, installed_dists, stamp if render else None
+            files, rebuilt, new_manifest, manifest, state_dir, installed_dists, stamp if render else None, runtime
         )
         if dry_run:
             destination.check(writes)
             return result
         destination.commit(writes)
     return result
-
-
-def _pulled_in(plan: Plan) -> list[str]:
-    notes = [f"{fid} is pulled in: {by} requires it" for fid, by in plan.pulled_in.items()]
-    return notes + [f"{old} is left out: {new} supersedes it" for old, new in plan.superseded.items()]
-
-
-def _already_applied(plan: Plan) -> list[FixResult]:
-    return [FixResult(f.id, Action.ALREADY_APPLIED, pulled_in_by=plan.pulled_in.get(f.id)) for f in plan.fixes]
-
-
-def _refused(plan: Plan, refused: FixpackError) -> list[FixResult]:
-    """The fix that caused the refusal with its reason first; the others were not applied because of it."""
-    culprit = refused.fix_id if refused.fix_id in plan.fix_ids else None
-    out = []
-    for fix in plan.fixes:
-        reason = refused.message if fix.id == culprit else "not applied: the plan was refused"
-        out.append(FixResult(fix.id, Action.REFUSED, reason))
-    out.sort(key=lambda r: r.id != culprit)
-    return out
 
 
 def _all_applied(manifest: Manifest, plan: Plan, dists: dict[str, Distribution], profile: Profile) -> bool:
@@ -142,6 +135,12 @@ def _all_applied(manifest: Manifest, plan: Plan, dists: dict[str, Distribution],
         if sha256(target.read_bytes() if target.is_file() else None) != record.applied:
             return False
     return True
+
+
+def _runtime_writes(site_dir: Path, manifest: Manifest, dists: dict[str, Distribution]) -> bool:
+    """The runtime check's files differ from what ``manifest`` needs (absent, older, or left over)."""
+    wanted = plugin.in_place(site_dir, manifest, list(dists.values()))
+    return any((p.read_bytes() if p.is_file() else None) != c for p, c in wanted.items())
 
 
 def _still_applied(change: Change, f: InstalledFile, manifest: Manifest) -> bool:

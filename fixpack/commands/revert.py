@@ -10,10 +10,12 @@ from ..core.names import suggest
 from ..core.plan import resolve, with_dependents
 from ..errors import Refused, UsageError
 from ..models import Action
+from ..site import plugin
 from ..site.destination import InPlace
 from ..site.distributions import Environment
 from ..site.manifest import Manifest
 from ..site.state import read_manifest
+from .overlay import revert_overlay
 from .results import FixResult, Result
 from .status import all_pins
 from .steps import installed, nothing_changed, rebuild_files, recognise_files, refuse_drift, write_set
@@ -21,7 +23,12 @@ from .steps import installed, nothing_changed, rebuild_files, recognise_files, r
 __all__ = ["revert"]
 
 
-def revert(catalog: Catalog, names: tuple[str, ...], site: Path | None, dry_run: bool = False) -> Result:
+def revert(
+    catalog: Catalog, names: tuple[str, ...], site: Path | None, dry_run: bool = False, overlay: Path | None = None
+) -> Result:
+    """``overlay``: revert in that overlay folder (all of it: the folder is removed)."""
+    if overlay is not None:
+        return revert_overlay(catalog, names, site, overlay, dry_run)
     env = Environment.read(all_pins(catalog), site)
     result = Result("revert", None, dry_run=dry_run)
     if not env.found:
@@ -58,7 +65,9 @@ def revert(catalog: Catalog, names: tuple[str, ...], site: Path | None, dry_run:
                 why = None if needs is None or not names else f"depends on {needs}, which is being reverted"
                 result.fixes.append(FixResult(fid, Action.WOULD_REVERT if dry_run else Action.REVERTED, why))
         new_manifest = Manifest(profile.name, profile.release, keep, rebuilt.records) if keep else Manifest()
-        writes = write_set(files, rebuilt, new_manifest, manifest, destination.state_dir, list(dists.values()))
+        runtime = plugin.in_place(destination.state_dir.parent, new_manifest, list(dists.values()))
+        state_dir = destination.state_dir
+        writes = write_set(files, rebuilt, new_manifest, manifest, state_dir, list(dists.values()), None, runtime)
         if dry_run:
             destination.check(writes)
         else:

@@ -10,6 +10,7 @@ from ..models import FileState, Fix
 from ..site.destination import InPlace
 from ..site.distributions import Environment
 from ..site.state import read_manifest
+from .overlay import status_overlay
 from .results import StatusResult
 from .steps import InstalledFile, installed, recognise_files
 
@@ -33,8 +34,11 @@ def _fix_state(fix: Fix, release: str, files: dict[str, InstalledFile]) -> FileS
     return "partial" if any(per_file) else "pending"
 
 
-def status(catalog: Catalog, profile_name: str | None, site: Path | None) -> StatusResult:
+def status(catalog: Catalog, profile_name: str | None, site: Path | None, overlay: Path | None = None) -> StatusResult:
+    """``overlay``: each fix's state in that overlay folder, over the installed files."""
     env = Environment.read(all_pins(catalog), site)
+    if overlay is not None:
+        return status_overlay(catalog, env, profile_name, site, overlay)
     notes: list[str] = []
     if not env.found:
         where = f"in {site}" if site is not None else "in this interpreter's path (use --site DIR?)"

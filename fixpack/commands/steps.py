@@ -14,8 +14,8 @@ from ..core import rebuild, recognise
 from ..core.bytecode import hash_based_pyc
 from ..core.fingerprint import patch_digest, sha256
 from ..core.plan import pack_chain
-from ..errors import Refused
-from ..models import Change, FileRecord, FileState, Fix, Plan, Profile
+from ..errors import FixpackError, Refused
+from ..models import Action, Change, FileRecord, FileState, Fix, Plan, Profile
 from ..site import commits
 from ..site.destination import Write
 from ..site.distributions import Distribution, Environment
@@ -23,6 +23,7 @@ from ..site.layout import MANIFEST
 from ..site.manifest import Manifest
 from ..site.record import rewrite_record
 from ..site.state import pristine_copy, read_file
+from .results import FixResult
 
 __all__ = [
     "InstalledFile",
@@ -34,6 +35,9 @@ __all__ = [
     "rebuild_files",
     "write_set",
     "nothing_changed",
+    "pulled_in_notes",
+    "already_applied",
+    "refused_results",
 ]
 
 Counts = dict[str, list[tuple[str, int, int]]]  # fix id -> (path, lines added, removed) per file
@@ -197,13 +201,17 @@ def write_set(
     state_dir: Path,
     dists: list[Distribution],
     stamp: Callable[[], dict] | None = None,
+    runtime: dict[Path, bytes | None] | None = None,
 ) -> list[Write]:
     """The writes that take the site from what it is to the rebuilt files: targets and their
-    bytecode, pristine copies, each distribution's RECORD kept true to what is installed, and the
-    manifest (with the warm path's ``stamp`` when anything is written)."""
+    bytecode, pristine copies, the runtime check's files (``runtime``: path -> bytes, None to
+    remove), each distribution's RECORD kept true to what is installed, and the manifest (with
+    the warm path's ``stamp`` when anything is written)."""
     new = rebuilt.new
     writes = [Write(f.dist.file(path), new[path]) for path, f in files.items() if new[path] != f.current]
     writes += _bytecode(writes, files, rebuilt)
+    runtime = runtime or {}
+    writes += [Write(p, c) for p, c in runtime.items() if read_file(p) != c]
     kept: dict[str, bytes] = {}
     for path, f in files.items():  # keep the release's bytes of every patched file, and only those
         keep = f.base.pristine if path in new_manifest.files else None
@@ -211,7 +219,8 @@ def write_set(
             kept[path] = keep
         if keep != f.stored:
             writes.append(Write(pristine_copy(state_dir, path), keep))
-    record_writes, records = _records(files, new, new_manifest, old_manifest, state_dir, dists, kept)
+    rows = {p.relative_to(state_dir.parent).as_posix(): c for p, c in runtime.items() if c is not None}
+    record_writes, records = _records(files, new, new_manifest, old_manifest, state_dir, dists, kept, rows)
     writes += record_writes
     new_manifest = replace(new_manifest, records=records)
     if writes and stamp is not None and not new_manifest.empty:
@@ -246,6 +255,7 @@ def _records(
     state_dir: Path,
     dists: list[Distribution],
     kept: dict[str, bytes],
+    runtime_rows: dict[str, bytes] | None = None,
 ) -> tuple[list[Write], dict[str, str]]:
     """Each installed (not editable) distribution's RECORD as pip must find it: the hashes of the
     files fixes changed, the files they created, and, in the RECORD of the distribution whose
@@ -263,6 +273,7 @@ def _records(
     owner = next((n for n, (d, _, _) in bases.items() if d.site == state_dir.parent), None)
     state_rows = {_state_row(state_dir, p): c for p, c in kept.items()}
     state_rows.update({_state_row(state_dir, _record_key(d)): base for d, _, base in bases.values()})
+    state_rows.update(runtime_rows or {})  # the runtime check goes with the state when pip uninstalls
     writes, records = [], {}
     for name, (d, current, base) in bases.items():
         if new_manifest.empty:
@@ -300,3 +311,23 @@ def nothing_changed(refused: Refused) -> Refused:
         path=refused.path,
         details=refused.details,
     )
+
+
+def pulled_in_notes(plan: Plan) -> list[str]:
+    notes = [f"{fid} is pulled in: {by} requires it" for fid, by in plan.pulled_in.items()]
+    return notes + [f"{old} is left out: {new} supersedes it" for old, new in plan.superseded.items()]
+
+
+def already_applied(plan: Plan) -> list[FixResult]:
+    return [FixResult(f.id, Action.ALREADY_APPLIED, pulled_in_by=plan.pulled_in.get(f.id)) for f in plan.fixes]
+
+
+def refused_results(plan: Plan, refused: FixpackError) -> list[FixResult]:
+    """The fix that caused the refusal with its reason first; the others were not applied because of it."""
+    culprit = refused.fix_id if refused.fix_id in plan.fix_ids else None
+    out = []
+    for fix in plan.fixes:
+        reason = refused.message if fix.id == culprit else "not applied: the plan was refused"
+        out.append(FixResult(fix.id, Action.REFUSED, reason))
+    out.sort(key=lambda r: r.id != culprit)
+    return out

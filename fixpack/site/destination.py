@@ -1,7 +1,8 @@
 """Where an apply's writes go. A destination takes the lock, recovers an interrupted transaction
 and commits a write set all or nothing; the plan and the bytes are the same for every destination.
 
-Today there is one: :class:`InPlace`, the installed site itself."""
+:class:`InPlace` is the installed site itself; ``fixpack.site.overlay.Overlay`` is a folder beside
+it that a process puts on ``PYTHONPATH``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from . import lock, transaction
+from . import lock, plugin, transaction
 from .distributions import Environment
 from .layout import JOURNAL
 from .transaction import Write
@@ -53,6 +54,7 @@ class InPlace:
     def recover(self) -> str | None:
         """A note when an interrupted transaction was rolled back."""
         if transaction.recover(self.state_dir, self.roots):
+            plugin.prune(self.state_dir.parent)
             return f"recovered an interrupted transaction from {self.state_dir / JOURNAL}"
         return None
 
@@ -67,4 +69,7 @@ class InPlace:
     def commit(self, writes: list[Write]) -> None:
         if writes:
             self.check(writes)
-            transaction.commit(self.state_dir, writes, self.roots)
+            try:
+                transaction.commit(self.state_dir, writes, self.roots)
+            finally:
+                plugin.prune(self.state_dir.parent)

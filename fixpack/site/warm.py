@@ -51,11 +51,19 @@ PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fixpack
 
 
 def request_key(
-    cookbook: str | os.PathLike[str], profile: str, asked: list[str], site: object, allow_unpinned: bool
+    cookbook: str | os.PathLike[str],
+    profile: str,
+    asked: list[str],
+    site: object,
+    allow_unpinned: bool,
+    overlay: object = None,
 ) -> str:
-    """The key of one request against this engine and one cookbook."""
+    """The key of one request against this engine and one cookbook (``overlay``: its folder)."""
     site_s = os.path.abspath(site) if site is not None else None  # type: ignore[arg-type]
-    h = hashlib.sha256(json.dumps([FORMAT, profile, sorted(set(asked)), site_s, allow_unpinned]).encode())
+    request: list = [FORMAT, profile, sorted(set(asked)), site_s, allow_unpinned]
+    if overlay is not None:
+        request.append(os.path.abspath(overlay))  # type: ignore[arg-type]
+    h = hashlib.sha256(json.dumps(request).encode())
     cookbook = os.path.abspath(cookbook)
     for root in (PACKAGE, os.path.join(cookbook, "fixes"), os.path.join(cookbook, "profiles")):
         h.update(root.encode() + b"\0")
@@ -108,32 +116,57 @@ def _dist_dirs(entry: str) -> dict[str, list[str]]:
     return out
 
 
-def _parse(argv: list[str]) -> tuple[str, list[str], str | None] | None:
-    profile, site, asked = None, os.environ.get("FIXPACK_SITE") or None, []
-    args = list(argv)
+class Request:
+    """What ``apply_all.py ARGS`` asks, when the warm path can answer it."""
+
+    def __init__(self, profile: str, asked: list[str], site: str | None, overlay: str | None, command: list[str]):
+        self.profile, self.asked, self.site, self.overlay, self.command = profile, asked, site, overlay, command
+
+
+def _parse(argv: list[str]) -> Request | None:
+    values: dict[str, str | None] = {"--profile": None, "--site": os.environ.get("FIXPACK_SITE") or None}
+    values["--overlay"] = None
+    asked: list[str] = []
+    args, command = list(argv), []
+    if "--exec" in args:
+        at = args.index("--exec")
+        args, command = args[:at], args[at + 1 :]
+        if not command:
+            return None
     while args:
         arg = args.pop(0)
-        if arg in ("--profile", "--site"):
+        key, eq, value = arg.partition("=")
+        if key in values and not eq:
             if not args:
                 return None
-            value = args.pop(0)
-            if arg == "--profile":
-                profile = value
-            else:
-                site = value
-        elif arg.startswith(("--profile=", "--site=")):
-            key, _, value = arg.partition("=")
-            if key == "--profile":
-                profile = value
-            else:
-                site = value
+            values[key] = args.pop(0)
+        elif key in values:
+            values[key] = value
         elif arg.startswith("-") or not arg:
             return None  # --json, --dry-run, --allow-unpinned, --help, ...: the full path
         else:
             asked.append(arg)
+    profile, site, overlay = values["--profile"], values["--site"], values["--overlay"]
     if not profile:
         return None
-    return profile, asked, (os.path.abspath(site) if site else None)
+    site = os.path.abspath(site) if site else None
+    return Request(profile, asked, site, os.path.abspath(overlay) if overlay else None, command)
+
+
+def pythonpath(overlay: str, current: str | None) -> str:
+    """PYTHONPATH with the overlay folder first (once)."""
+    rest = [p for p in (current or "").split(os.pathsep) if p and os.path.abspath(p) != overlay]
+    return os.pathsep.join([overlay, *rest])
+
+
+def exec_command(command: list[str], overlay: str | None) -> None:
+    """Replace this process with ``command`` (OSError when it cannot run), the overlay on PYTHONPATH."""
+    env = dict(os.environ)
+    if overlay is not None:
+        env["PYTHONPATH"] = pythonpath(os.path.abspath(overlay), env.get("PYTHONPATH"))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe(command[0], command, env)
 
 
 def _state_dirs(site: str | None) -> list[str]:
@@ -161,14 +194,25 @@ def _dists_hold(stamp: dict, site: str | None) -> bool:
 
 
 def try_warm(argv: list[str], engine: str) -> int | None:
-    """Exit code 0 if this request is already applied (output printed); None: run the full apply."""
+    """Exit code 0 if this request is already applied (output printed; ``--exec CMD``: CMD run in
+    this process's place); None: run the full apply."""
     if os.environ.get("FIXPACK_NO_FAST_PATH") or sys.stdout.isatty():
         return None
     request = _parse(argv)
     if request is None:
         return None
-    profile, asked, site = request
-    for state_dir in _state_dirs(site):
+    overlay, site = request.overlay, request.site
+    if overlay is not None:
+        candidates = [os.path.join(overlay, STATE_DIR_NAME)]
+        lock_dir = os.path.dirname(overlay)
+        try:
+            if any(n.startswith(f".{os.path.basename(overlay)}.fixpack-") for n in os.listdir(lock_dir)):
+                return None  # an interrupted overlay build: the full path recovers it
+        except OSError:
+            return None
+    else:
+        candidates, lock_dir = _state_dirs(site), ""
+    for state_dir in candidates:
         raw = _read(os.path.join(state_dir, MANIFEST))
         if raw is not None:
             break
@@ -185,7 +229,7 @@ def try_warm(argv: list[str], engine: str) -> int | None:
     import fcntl
 
     try:
-        fd = os.open(os.path.dirname(os.path.abspath(state_dir)), os.O_RDONLY)
+        fd = os.open(lock_dir or os.path.dirname(os.path.abspath(state_dir)), os.O_RDONLY)
     except OSError:
         return None
     try:
@@ -196,7 +240,7 @@ def try_warm(argv: list[str], engine: str) -> int | None:
         if os.path.exists(os.path.join(state_dir, JOURNAL)):
             return None
         cookbook = os.environ.get("FIXPACK_COOKBOOK") or engine
-        key = request_key(cookbook, profile, asked, site, False)
+        key = request_key(cookbook, request.profile, request.asked, site, False, overlay)
         if key != stamp.get("key") or not _dists_hold(stamp, site):
             return None
         for path, digest in stamp["targets"].items():
@@ -207,4 +251,10 @@ def try_warm(argv: list[str], engine: str) -> int | None:
     sys.stderr.write(stamp["stderr"])
     sys.stdout.write(stamp["stdout"])
     sys.stdout.flush()
+    if request.command:
+        try:
+            exec_command(request.command, overlay)
+        except OSError as exc:
+            sys.stderr.write(f"fixpack: error: --exec {request.command[0]}: {exc.strerror}\n")
+            return 3
     return 0

@@ -1,0 +1,121 @@
+"""fixpack's runtime check: a vLLM general plugin, run in every process vLLM starts.
+
+vLLM loads the entry points of group ``vllm.general_plugins`` in each of its processes and calls
+them (``vllm.plugins.load_general_plugins``); an exception stops that process. This one checks,
+from ``index.json`` beside it (written by ``fixpack apply``), that the code this process will
+import is the code fixpack patched:
+
+- in place: every patched file is there with the hash recorded when it was patched (a file
+  created by a fix is there, one a fix removed is absent);
+- overlay: the overlay's import hook is active in this process, each patched file in the overlay
+  has its recorded hash, and each installed file it shadows still has the hash the overlay was
+  built from (an image changed under an old overlay must not run patched copies of old code);
+- a patched module this process imported already came from the expected file.
+
+Then it logs one INFO line on vLLM's logger, e.g.
+``fixpack: profile v0.26.0, 16 fixes (a, b, ...), mode overlay /opt/fixpack-overlay, pid 4242,
+12 files checked in 1.8 ms``.
+
+A failed check raises RuntimeError (the process stops, saying why); ``FIXPACK_RUNTIME_CHECK=warn``
+logs a warning instead, ``off`` skips the check. Standard library only, no vLLM import: it hashes
+the few patched files and nothing else. Copied out of fixpack (fixpack/runtime/check.py) as the
+``fixpack_runtime_check`` package by ``fixpack apply``.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+INDEX = os.path.join(HERE, "index.json")
+MODE_VARIABLE = "FIXPACK_RUNTIME_CHECK"  # stop (default) | warn | off
+
+log = logging.getLogger("vllm.fixpack")
+_done = []
+
+
+def _sha256(path):
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _short(digest):
+    return digest[:12] if digest else "absent"
+
+
+def problems(index, root):
+    """What is wrong in this process, as sentences; ``root``: the overlay folder (overlay mode)."""
+    out = []
+    overlay = index.get("mode") == "overlay"
+    if overlay and not any(getattr(f, "fixpack_overlay", None) == root for f in sys.meta_path):
+        out.append(
+            f"the overlay {root} is not active in this process: its import hook (sitecustomize.py) did not run "
+            "(python -S, -I or -E? another sitecustomize earlier on sys.path?), so the installed, unpatched "
+            "code would run"
+        )
+    for entry in index.get("files", []):
+        file = entry.get("file")
+        path = os.path.join(root, file) if overlay and file else file
+        if path is not None and _sha256(path) != entry.get("sha256"):
+            out.append(
+                f"{path} is not the file fixpack patched (sha256 {_short(_sha256(path))}, "
+                f"recorded {_short(entry.get('sha256'))})"
+            )
+        elif path is None and not overlay and entry.get("original") and os.path.exists(entry["original"]):
+            out.append(f"{entry['original']} is back, though a fix removed it")
+        original = entry.get("original")
+        if overlay and original and _sha256(original) != entry.get("pristine"):
+            out.append(
+                f"{original} is not the file the overlay was built from (sha256 {_short(_sha256(original))}, "
+                f"built from {_short(entry.get('pristine'))}): the image changed under the overlay"
+            )
+        module = sys.modules.get(entry.get("module") or "")
+        origin = getattr(getattr(module, "__spec__", None), "origin", None)
+        if module is not None and path is not None and origin and os.path.realpath(origin) != os.path.realpath(path):
+            out.append(f"{entry['module']} was imported from {origin}, not from the patched {path}")
+    return out
+
+
+def check():
+    """The entry point vLLM calls in each process."""
+    mode = os.environ.get(MODE_VARIABLE, "stop").strip().lower()
+    if mode == "off" or _done:
+        return
+    start = time.perf_counter()
+    root = os.path.dirname(HERE)
+    try:
+        with open(INDEX, "rb") as fh:
+            index = json.loads(fh.read())
+        found = problems(index, root)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        index, found = {}, [f"{INDEX} cannot be read ({exc})"]
+    if found:
+        message = (
+            "fixpack: this process would not run the code fixpack applied: "
+            + "; ".join(found)
+            + f". Run fixpack apply again (or fixpack status); {MODE_VARIABLE}=warn only warns"
+        )
+        if mode != "warn":
+            raise RuntimeError(message)
+        log.warning("%s", message)
+    _done.append(True)
+    fixes = index.get("fixes", [])
+    where = f" {root}" if index.get("mode") == "overlay" else ""
+    log.info(
+        "fixpack: profile %s, %d fixes (%s), mode %s%s, pid %d, %d files checked in %.1f ms%s",
+        index.get("profile"),
+        len(fixes),
+        ", ".join(fixes),
+        index.get("mode"),
+        where,
+        os.getpid(),
+        len(index.get("files", [])),
+        (time.perf_counter() - start) * 1000,
+        " (FAILED, warn only)" if found else "",
+    )

@@ -1,0 +1,163 @@
+"""fixpack overlay: the start-up import hook (this file is the overlay's ``sitecustomize.py``).
+
+A Python process with the overlay folder on ``PYTHONPATH`` imports ``sitecustomize`` at start-up
+(the ``site`` module does), which puts one finder at the front of ``sys.meta_path``. For exactly
+the modules fixpack patched (``fixpack_runtime_check/index.json`` beside this file) the finder
+returns a spec whose loader reads the overlay's patched file: its origin, ``__file__`` and the
+file names in tracebacks are the overlay file, whose lines are the ones that run. Every other name
+goes to the normal finders: ``vllm_gaudi`` stays the installed package, only its patched
+sub-modules come from the overlay. Fork children inherit the finder; spawned interpreters run this
+file again (they inherit ``PYTHONPATH``).
+
+Before a patched module is loaded the installed file it shadows is hashed: if the image changed
+under the overlay (another build of vLLM or vllm-gaudi), the import stops with an error rather
+than run a patched copy of old code (``FIXPACK_RUNTIME_CHECK=warn``: say so and load the installed
+file instead; ``off``: no checks). The patched file is checked against its recorded hash as it is
+read.
+
+Then the next ``sitecustomize`` on ``sys.path`` (an image may have its own) is run, as if this
+file were not there.
+
+Not covered: ``python -S`` (no ``site``), ``python -I`` or ``-E`` (``PYTHONPATH`` ignored), and
+processes started without ``PYTHONPATH`` (e.g. Ray workers whose runtime env does not carry it).
+
+Standard library only; copied out of fixpack (fixpack/runtime/hook.py) by ``fixpack apply --overlay``.
+"""
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import logging
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.realpath(__file__))
+INDEX = os.path.join(ROOT, "fixpack_runtime_check", "index.json")
+MODE_VARIABLE = "FIXPACK_RUNTIME_CHECK"  # stop (default) | warn | off
+
+log = logging.getLogger("vllm.fixpack")
+
+
+class OverlayDrift(RuntimeError):
+    """The installed file a patched module shadows is not the one the overlay was built from."""
+
+
+def _mode():
+    mode = os.environ.get(MODE_VARIABLE, "stop").strip().lower()
+    return mode if mode in ("warn", "off") else "stop"
+
+
+def _sha256(path):
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _short(digest):
+    return digest[:12] if digest else "absent"
+
+
+class _Loader(importlib.machinery.SourceFileLoader):
+    """Reads the overlay's file (and its hash-based .pyc in the overlay's own __pycache__),
+    checking the source against the hash recorded when the overlay was built."""
+
+    def __init__(self, fullname, path, expected):
+        super().__init__(fullname, path)
+        self._expected = expected
+
+    def get_data(self, path):
+        data = super().get_data(path)
+        if path == self.path and _mode() != "off" and hashlib.sha256(data).hexdigest() != self._expected:
+            message = (
+                f"fixpack overlay: {path} changed after the overlay was built "
+                f"(sha256 {_short(hashlib.sha256(data).hexdigest())}, recorded {_short(self._expected)}); "
+                "build the overlay again (fixpack apply --overlay)"
+            )
+            if _mode() == "stop":
+                raise OverlayDrift(message)
+            log.warning("%s", message)
+        return data
+
+
+class OverlayFinder:
+    """The overlay's meta path finder: the patched modules from the overlay, nothing else."""
+
+    def __init__(self, root, entries):
+        self.fixpack_overlay = root  # what the runtime check looks for
+        self.entries = entries  # module name -> index entry
+
+    def find_spec(self, fullname, path=None, target=None):
+        entry = self.entries.get(fullname)
+        if entry is None:
+            return None
+        mode = _mode()
+        original = entry.get("original")
+        if mode != "off" and original and _sha256(original) != entry.get("pristine"):
+            message = (
+                f"fixpack overlay: {original} is not the file the overlay {self.fixpack_overlay} was built from "
+                f"(sha256 {_short(_sha256(original))}, built from {_short(entry.get('pristine'))}): the image "
+                f"changed under the overlay, and its patched {fullname} would be a copy of old code; build the "
+                f"overlay again (fixpack apply --overlay), or set {MODE_VARIABLE}=warn to run the installed file"
+            )
+            if mode == "stop":
+                raise OverlayDrift(message)
+            log.warning("%s; running the installed file", message)
+            return None  # the normal finders: the installed file, unpatched
+        if entry.get("file") is None:  # a fix removed the module
+            raise ModuleNotFoundError(f"No module named {fullname!r} (removed by fixpack)", name=fullname)
+        file = os.path.join(self.fixpack_overlay, entry["file"])
+        package = os.path.basename(entry["path"]) == "__init__.py"
+        where = None
+        if package:  # the package's other modules stay the installed ones
+            where = [os.path.dirname(original or file)]
+        return importlib.util.spec_from_file_location(
+            fullname, file, loader=_Loader(fullname, file, entry["sha256"]), submodule_search_locations=where
+        )
+
+
+def active():
+    """The overlay finder of this folder, if installed in this process."""
+    for finder in sys.meta_path:
+        if getattr(finder, "fixpack_overlay", None) == ROOT:
+            return finder
+    return None
+
+
+def install():
+    """Put the finder first on sys.meta_path (once: a fork child already has it)."""
+    if active() is not None:
+        return
+    try:
+        with open(INDEX, "rb") as fh:
+            index = json.loads(fh.read())
+        entries = {e["module"]: e for e in index["files"] if e.get("module")}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        sys.stderr.write(f"fixpack overlay: {INDEX} cannot be read ({exc}); the overlay is not active\n")
+        return
+    sys.meta_path.insert(0, OverlayFinder(ROOT, entries))
+
+
+def chain():
+    """Run the next ``sitecustomize`` on sys.path after this folder, as ``site`` would have."""
+    entries, seen = [], False
+    for entry in sys.path:
+        if seen:
+            entries.append(entry)
+        elif os.path.realpath(entry or os.curdir) == ROOT:
+            seen = True
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", entries if seen else [])
+    if spec is None or spec.loader is None or os.path.realpath(spec.origin or "") == os.path.realpath(__file__):
+        return None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # as site.py treats an error in sitecustomize: said, and start-up goes on
+        sys.stderr.write(f"Error in sitecustomize {spec.origin} (run after fixpack's overlay): {exc!r}\n")
+    return module
+
+
+install()
+chained = chain()

@@ -1,0 +1,118 @@
+"""The runtime check's distribution, ``fixpack-runtime-check``: a vLLM general plugin that
+``apply`` installs with the fixes (beside the other dist-info in place; inside the overlay folder
+for an overlay), so that every vLLM process checks it runs the patched code and says so in one
+line. Its files are written here as bytes; the code is ``fixpack/runtime/check.py``, copied.
+
+Its own dist-info (METADATA, entry_points.txt, INSTALLER, RECORD) makes it a distribution of its
+own, found by ``importlib.metadata.entry_points(group="vllm.general_plugins")`` like any other;
+its RECORD lists its files."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from ..core.bytecode import compile_module, hash_based_pyc
+from .distributions import Distribution
+from .manifest import Manifest
+
+__all__ = ["NAME", "PACKAGE", "DIST_INFO", "RUNTIME", "module_name", "index", "files", "pyc", "in_place", "prune"]
+
+NAME = "fixpack-runtime-check"
+PACKAGE = "fixpack_runtime_check"
+VERSION = "1"
+DIST_INFO = f"{PACKAGE}-{VERSION}.dist-info"
+GROUP = "vllm.general_plugins"
+RUNTIME = Path(__file__).resolve().parent.parent / "runtime"  # the code copied into the plugin and the overlay
+INDEX = f"{PACKAGE}/index.json"
+
+
+def module_name(path: str) -> str | None:
+    """``vllm_gaudi/v1/worker/hpu_model_runner.py`` -> ``vllm_gaudi.v1.worker.hpu_model_runner``."""
+    if not path.endswith(".py"):
+        return None
+    parts = path[: -len(".py")].split("/")
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
+
+
+def index(mode: str, profile: str | None, release: str | None, fixes: tuple[str, ...], entries: list[dict]) -> bytes:
+    """The index the runtime check (and an overlay's import hook) reads; see fixpack/runtime."""
+    data = {"format": 1, "mode": mode, "profile": profile, "release": release, "fixes": list(fixes)}
+    data["files"] = sorted(entries, key=lambda e: e["path"])
+    return (json.dumps(data, indent=1) + "\n").encode()
+
+
+def pyc(source_path: str, content: bytes) -> tuple[str, bytes] | None:
+    """The hash-based .pyc of a module (path relative to its root) where this Python writes one."""
+    if sys.dont_write_bytecode or sys.pycache_prefix or not source_path.endswith(".py"):
+        return None
+    code = compile_module(source_path, content)
+    return importlib.util.cache_from_source(source_path), hash_based_pyc(code, content)
+
+
+def _row(rel: str, content: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).rstrip(b"=").decode()
+    return f"{rel},sha256={digest},{len(content)}"
+
+
+def files(index_bytes: bytes) -> dict[str, bytes]:
+    """The plugin's files, by path relative to the folder on sys.path that holds it."""
+    init = (RUNTIME / "check.py").read_bytes()
+    out = {f"{PACKAGE}/__init__.py": init, INDEX: index_bytes}
+    compiled = pyc(f"{PACKAGE}/__init__.py", init)
+    if compiled is not None:
+        out[compiled[0]] = compiled[1]
+    out[f"{DIST_INFO}/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {VERSION}\n"
+        "Summary: fixpack's runtime check: every vLLM process checks that it runs the code fixpack applied\n"
+    ).encode()
+    out[f"{DIST_INFO}/entry_points.txt"] = f"[{GROUP}]\n{PACKAGE} = {PACKAGE}:check\n".encode()
+    out[f"{DIST_INFO}/INSTALLER"] = b"fixpack\n"
+    rows = [_row(rel, content) for rel, content in sorted(out.items())]
+    out[f"{DIST_INFO}/RECORD"] = ("\n".join([*rows, f"{DIST_INFO}/RECORD,,"]) + "\n").encode()
+    return out
+
+
+def in_place(site: Path, manifest: Manifest, dists: list[Distribution]) -> dict[Path, bytes | None]:
+    """The runtime check's files in ``site`` for what ``manifest`` applies in place: path -> bytes,
+    None for a file of an earlier one to remove (all of them when nothing is applied)."""
+    wanted: dict[Path, bytes | None] = {}
+    if not manifest.empty:
+        by_name = {d.name: d for d in dists}
+        entries = []
+        for path, record in manifest.files.items():
+            target = str(by_name[record.dist].file(path))
+            removed = record.applied is None
+            entries.append(
+                {
+                    "path": path,
+                    "module": module_name(path),
+                    "file": None if removed else target,
+                    "sha256": record.applied,
+                    "original": target if removed else None,
+                    "pristine": None,
+                }
+            )
+        content = index("in-place", manifest.profile, manifest.release, manifest.fixes, entries)
+        wanted = {site / rel: data for rel, data in files(content).items()}
+    for folder in (site / PACKAGE, site / DIST_INFO):
+        if folder.is_dir() and not folder.is_symlink():
+            for p in folder.rglob("*"):
+                if p.is_file() and p not in wanted:
+                    wanted[p] = None
+    return wanted
+
+
+def prune(site: Path) -> None:
+    """Remove the runtime check's folders once empty (after a revert, or a rolled back apply)."""
+    for folder in (site / PACKAGE / "__pycache__", site / PACKAGE, site / DIST_INFO):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
