@@ -21,7 +21,6 @@ from ..site import plugin, warm
 from ..site.destination import InPlace
 from ..site.distributions import Distribution
 from ..site.manifest import Manifest
-from ..site.state import read_manifest
 from .overlay import apply_overlay
 from .results import FixResult, Result
 from .steps import (
@@ -30,6 +29,7 @@ from .steps import (
     check_commits,
     installed,
     nothing_changed,
+    open_state,
     pulled_in_notes,
     rebuild_files,
     recognise_files,
@@ -67,10 +67,7 @@ def apply(
     result.notes += commit_notes
     destination = InPlace.of(env)
     with destination.locked():
-        recovered = destination.recover()
-        if recovered:
-            result.notes.append(recovered)
-        manifest = read_manifest(destination.state_dir, catalog.fixes, catalog.root)
+        manifest = open_state(destination, catalog, result.notes)
         if manifest.release not in (None, profile.release):
             raise Refused(
                 f"this environment has fixes of release {manifest.release} (profile {manifest.profile}) applied; "

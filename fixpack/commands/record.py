@@ -30,8 +30,9 @@ from ..site.destination import InPlace
 from ..site.distributions import Distribution, Environment
 from ..site.manifest import Manifest
 from ..site.record import read_record
-from ..site.state import pristine_copy, read_manifest
+from ..site.state import pristine_copy
 from . import lock
+from .steps import open_state
 
 
 @dataclass
@@ -216,10 +217,7 @@ def record(
     notes = []
     destination = InPlace.of(env)
     with destination.locked():
-        recovered = destination.recover()
-        if recovered:
-            notes.append(recovered)
-        manifest = read_manifest(env.state_dir, catalog.fixes, catalog.root)
+        manifest = open_state(destination, catalog, notes)
     if manifest.release not in (None, profile.release):
         raise Refused(f"this environment has fixes of release {manifest.release} applied, not {profile.release}")
 

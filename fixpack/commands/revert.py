@@ -14,11 +14,10 @@ from ..site import plugin
 from ..site.destination import InPlace
 from ..site.distributions import Environment
 from ..site.manifest import Manifest
-from ..site.state import read_manifest
 from .overlay import revert_overlay
 from .results import FixResult, Result
 from .status import all_pins
-from .steps import installed, nothing_changed, rebuild_files, recognise_files, refuse_drift, write_set
+from .steps import installed, nothing_changed, open_state, rebuild_files, recognise_files, refuse_drift, write_set
 
 __all__ = ["revert"]
 
@@ -36,10 +35,7 @@ def revert(
         return result
     destination = InPlace.of(env)
     with destination.locked():
-        recovered = destination.recover()
-        if recovered:
-            result.notes.append(recovered)
-        manifest = read_manifest(destination.state_dir, catalog.fixes, catalog.root)
+        manifest = open_state(destination, catalog, result.notes)
         if manifest.empty:
             result.notes.append("nothing is applied here")
             return result

@@ -9,10 +9,9 @@ from ..errors import EnvironmentProblem
 from ..models import FileState, Fix
 from ..site.destination import InPlace
 from ..site.distributions import Environment
-from ..site.state import read_manifest
 from .overlay import status_overlay
 from .results import StatusResult
-from .steps import InstalledFile, installed, recognise_files
+from .steps import InstalledFile, installed, open_state, recognise_files
 
 __all__ = ["status", "all_pins"]
 
@@ -45,10 +44,7 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None, overla
         raise EnvironmentProblem(f"neither of {', '.join(sorted(env.wanted))} is installed {where}")
     destination = InPlace.of(env)
     with destination.locked():
-        recovered = destination.recover()
-        if recovered:
-            notes.append(recovered)
-        manifest = read_manifest(destination.state_dir, catalog.fixes, catalog.root)
+        manifest = open_state(destination, catalog, notes)
     name = profile_name or manifest.profile
     if name is None:
         return StatusResult(None, list(env.found.values()), [], notes, manifest)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import CodeType
 
+from ..cookbook.catalog import Catalog
 from ..core import rebuild, recognise
 from ..core.bytecode import hash_based_pyc
 from ..core.fingerprint import patch_digest, sha256
@@ -17,12 +18,12 @@ from ..core.plan import pack_chain
 from ..errors import FixpackError, Refused
 from ..models import Action, Change, FileRecord, FileState, Fix, Plan, Profile
 from ..site import commits
-from ..site.destination import Write
+from ..site.destination import Destination, Write
 from ..site.distributions import Distribution, Environment
 from ..site.layout import MANIFEST
 from ..site.manifest import Manifest
 from ..site.record import rewrite_record
-from ..site.state import pristine_copy, read_file
+from ..site.state import pristine_copy, read_file, read_manifest
 from .results import FixResult
 
 __all__ = [
@@ -331,3 +332,12 @@ def refused_results(plan: Plan, refused: FixpackError) -> list[FixResult]:
         out.append(FixResult(fix.id, Action.REFUSED, reason))
     out.sort(key=lambda r: r.id != culprit)
     return out
+
+
+def open_state(destination: Destination, catalog: Catalog, notes: list[str]) -> Manifest:
+    """The first step under the lock: roll back an interrupted transaction (saying so), then read
+    what is applied."""
+    recovered = destination.recover()
+    if recovered:
+        notes.append(recovered)
+    return read_manifest(destination.state_dir, catalog.fixes, catalog.root)
