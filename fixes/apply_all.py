@@ -36,12 +36,9 @@ def main() -> None:
     code = try_warm(sys.argv[1:], ROOT)
     if code is not None:  # already applied and unchanged: nothing else is imported (--exec: CMD ran)
         sys.exit(code)
-    missing = []
-    for module, requirement in requirements().items():
-        try:
-            __import__(module)
-        except ImportError:
-            missing.append(requirement)
+    from importlib.util import find_spec  # found, not imported: a plain apply never loads click
+
+    missing = [requirement for module, requirement in requirements().items() if find_spec(module) is None]
     if missing:
         print(
             f"fixpack: error: missing Python packages; install them with:\n"

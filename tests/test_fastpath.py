@@ -24,7 +24,7 @@ def output(r: subprocess.CompletedProcess[str]) -> tuple[str, str]:
 
 
 def took_fast_path(r: subprocess.CompletedProcess[str]) -> bool:
-    return " click" not in r.stderr  # -X importtime: the full apply imports click
+    return "fixpack.commands.apply" not in r.stderr  # -X importtime: only the full apply imports the recipe
 
 
 def test_warm_rerun_takes_the_fast_path_with_the_same_output(cookbook, site):
@@ -78,3 +78,11 @@ def test_interpreter_path_install_without_site(cookbook, site):
     again = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert again.returncode == 0 and "3 already applied" in again.stdout
     assert took_fast_path(again)
+
+
+def test_a_cold_plain_apply_does_not_import_click(cookbook, site):
+    three_fixes(cookbook)
+    r = apply_all(cookbook, site)
+    assert r.returncode == 0 and not took_fast_path(r) and " click" not in r.stderr
+    helped = apply_all(cookbook, site, "--help")  # anything but a plain apply line goes to click
+    assert helped.returncode == 0 and " click" in helped.stderr and "Usage: apply_all.py" in helped.stdout

@@ -1,13 +1,10 @@
 """The command line: click, a lazy command table, and rendering. Nothing outside this package
-imports click. Exit codes and JSON shapes are the README's."""
+imports click, and this module does not either (``main`` loads on first use): the plain apply of
+``apply_all.py`` runs without it. Exit codes and JSON shapes are the README's."""
 
 from __future__ import annotations
 
-import importlib
-
-import click
-
-from .. import __version__
+from typing import Any
 
 __all__ = ["main", "run_apply_all"]
 
@@ -39,34 +36,19 @@ Environment:
 """
 
 
-class LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(COMMANDS)
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in COMMANDS:
-            return None
-        module, _, attr = COMMANDS[name].partition(":")
-        return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
-
-
-@click.group(
-    cls=LazyGroup,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    epilog=ENVIRONMENT_HELP,
-)
-@click.version_option(__version__, prog_name="fixpack")
-def main() -> None:
-    """Apply verified source fixes to an installed vLLM and vllm-gaudi, all or nothing.
-
-    Exit codes: 0 done; 1 refused or failed (nothing changed); 2 usage (unknown fix or profile,
-    bad arguments, invalid fix module or profile); 3 environment (not installed, not writable,
-    lock not obtained, unrecoverable interrupted transaction).
-    """
-
-
 def run_apply_all(argv: list[str]) -> None:
     """``fixes/apply_all.py ARGS``: the same as ``fixpack apply ARGS``."""
+    from .quick import run
+
+    run(argv)  # exits, unless the line needs click
     from .site_commands import apply
 
     apply.main(args=argv, prog_name="apply_all.py")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "main":  # the click group, imported on first use
+        from .group import main
+
+        return main
+    raise AttributeError(name)

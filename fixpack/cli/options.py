@@ -3,18 +3,13 @@ fixpack error into one line (or the command's JSON error shape) and the contract
 
 from __future__ import annotations
 
-import functools
 import os
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
-from ..cookbook.catalog import Catalog
-from ..errors import FixpackError, UsageError
-from . import render
+from ..errors import UsageError
+from .guarded import catalog, guard
 
 __all__ = ["SITE", "JSON", "SOURCE", "SOURCE_ENV", "guard", "catalog", "sources"]
 
@@ -35,33 +30,6 @@ SOURCE = click.option(
     help="An upstream tree in repository layout: vllm-gaudi=DIR (DIR/vllm_gaudi/...), vllm=DIR (DIR/vllm/...). "
     "Default: $FIXPACK_SRC_VLLM_GAUDI and $FIXPACK_SRC_VLLM.",
 )
-
-ErrorShape = Callable[[FixpackError, dict[str, Any]], dict[str, Any]]
-
-
-def guard(error_json: ErrorShape) -> Callable[[Callable[..., int | None]], Callable[..., None]]:
-    """Run a command; a fixpack error becomes one line on stderr (and, with --json, the command's
-    own JSON error shape on stdout) and the contract's exit code."""
-
-    def decorate(fn: Callable[..., int | None]) -> Callable[..., None]:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> None:
-            try:
-                code = fn(*args, **kwargs) or 0
-            except FixpackError as exc:
-                if kwargs.get("as_json"):
-                    render.dump(error_json(exc, kwargs))
-                render.error(exc)
-                code = exc.exit_code
-            sys.exit(code)
-
-        return wrapper
-
-    return decorate
-
-
-def catalog() -> Catalog:
-    return Catalog.load()
 
 
 def sources(values: tuple[str, ...]) -> dict[str, Path]:

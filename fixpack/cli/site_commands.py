@@ -7,9 +7,10 @@ from typing import Any
 
 import click
 
-from ..errors import EnvironmentProblem, FixpackError, UsageError
+from ..errors import FixpackError
 from . import render
 from .options import JSON, SITE, catalog, guard
+from .quick import apply_command, result_error
 
 OVERLAY = click.option(
     "--overlay",
@@ -31,20 +32,6 @@ class ExecCommand(click.Command):
             if not ctx.meta["fixpack.exec"]:
                 raise click.UsageError("--exec needs a command: --exec CMD [ARGS...]", ctx=ctx)
         return super().parse_args(ctx, args)
-
-
-def _exec(command: list[str], overlay: Path | None) -> None:
-    """Replace this process with ``command``, in the environment the overlay needs."""
-    from ..commands.overlay import exec_command
-
-    try:
-        exec_command(command, str(overlay) if overlay is not None else None)
-    except OSError as exc:
-        raise EnvironmentProblem(f"--exec {command[0]}: {exc.strerror}") from None
-
-
-def _result_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {"ok": False, "profile": kwargs.get("profile"), "fixes": [], "error": exc.message, "notes": []}
 
 
 def _status_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -82,7 +69,7 @@ Exit codes: 0 done; 1 refused (nothing changed); 2 usage; 3 environment.
 )
 @SITE
 @OVERLAY
-@guard(_result_error)
+@guard(result_error)
 def apply(
     profile: str,
     fixes: tuple[str, ...],
@@ -96,16 +83,8 @@ def apply(
 
     Run again on a patched environment, it changes nothing and exits 0.
     """
-    from ..commands.apply import apply as run
-
     command = click.get_current_context().meta.get("fixpack.exec")
-    if command and dry_run:
-        raise UsageError("--exec runs a command once the fixes are applied; not with --dry-run")
-    result = run(catalog(), profile, fixes, site, dry_run, allow_unpinned, render=render.printed, overlay=overlay)
-    render.result(result, as_json)
-    if command and result.exit_code == 0:
-        _exec(command, overlay)
-    return result.exit_code
+    return apply_command(profile, fixes, dry_run, as_json, allow_unpinned, site, overlay, command)
 
 
 @click.command()
@@ -132,7 +111,7 @@ def status(profile: str | None, as_json: bool, site: Path | None, overlay: Path 
 @JSON
 @SITE
 @OVERLAY
-@guard(_result_error)
+@guard(result_error)
 def revert(fixes: tuple[str, ...], dry_run: bool, as_json: bool, site: Path | None, overlay: Path | None) -> int:
     """Revert the named FIXes and the fixes that require them (default: all), to the exact bytes.
 
