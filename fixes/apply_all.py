@@ -29,6 +29,16 @@ def requirements() -> dict[str, str]:
     return out
 
 
+def absent(module: str) -> bool:
+    """Whether a module cannot be found (found, not imported: a plain apply never loads click)."""
+    from importlib.util import find_spec
+
+    try:
+        return find_spec(module) is None
+    except (ImportError, ValueError):
+        return True
+
+
 def main() -> None:
     sys.path.insert(0, ROOT)
     from fixpack.site.warm import try_warm  # standard library only
@@ -36,9 +46,7 @@ def main() -> None:
     code = try_warm(sys.argv[1:], ROOT)
     if code is not None:  # already applied and unchanged: nothing else is imported (--exec: CMD ran)
         sys.exit(code)
-    from importlib.util import find_spec  # found, not imported: a plain apply never loads click
-
-    missing = [requirement for module, requirement in requirements().items() if find_spec(module) is None]
+    missing = [requirement for module, requirement in requirements().items() if absent(module)]
     if missing:
         print(
             f"fixpack: error: missing Python packages; install them with:\n"

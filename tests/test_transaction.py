@@ -197,7 +197,15 @@ def test_apply_all_runs_apply_and_reports_missing_dependencies(cookbook, site, t
     assert "3 applied" in r.stdout
     shadow = tmp_path / "shadow"
     shadow.mkdir()
-    (shadow / "click.py").write_text("raise ImportError('no click here')\n")
+    (shadow / "sitecustomize.py").write_text(  # an interpreter without click
+        "import sys\n"
+        "class Absent:\n"
+        "    @staticmethod\n"
+        "    def find_spec(name, path=None, target=None):\n"
+        "        if name == 'click':\n"
+        "            raise ModuleNotFoundError(\"No module named 'click'\", name=name)\n"
+        "sys.meta_path.insert(0, Absent)\n"
+    )
     fresh = make_site(tmp_path / "fresh")  # the applied site above takes the fast path, which needs none
     r = subprocess.run(
         [sys.executable, str(script), "--profile", "v0.26.0", "--site", str(fresh.path)],

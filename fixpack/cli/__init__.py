@@ -8,33 +8,6 @@ from typing import Any
 
 __all__ = ["main", "run_apply_all"]
 
-# name -> "module:function": a command's module is imported only when that command runs.
-COMMANDS = {
-    "apply": "site_commands:apply",
-    "status": "site_commands:status",
-    "revert": "site_commands:revert",
-    "recover": "recover_command:recover",
-    "list": "site_commands:list_",
-    "show": "site_commands:show",
-    "profiles": "site_commands:profiles",
-    "verify": "maintainer:verify",
-    "diff": "maintainer:diff",
-    "lock": "maintainer:lock",
-    "build-site": "maintainer:build_site",
-    "record": "maintainer:record",
-    "port": "maintainer:port",
-}
-
-ENVIRONMENT_HELP = """\b
-Environment:
-  FIXPACK_SITE            default for --site
-  FIXPACK_COOKBOOK        use the fixes/ and profiles/ of another checkout
-  FIXPACK_SRC_VLLM_GAUDI  default --source vllm-gaudi=DIR (verify, lock)
-  FIXPACK_SRC_VLLM        default --source vllm=DIR (verify, lock)
-  FIXPACK_LOCK_TIMEOUT    seconds to wait for another fixpack's lock (default 300)
-  FIXPACK_NO_FAST_PATH    1: apply_all.py always runs the full apply
-"""
-
 
 def run_apply_all(argv: list[str]) -> None:
     """``fixes/apply_all.py ARGS``: the same as ``fixpack apply ARGS``."""
