@@ -112,6 +112,7 @@ class Proof:
     level: str  # one of PROOF_LEVELS, as the fix claims it
     reason: str = ""
     script: str | None = None  # path of proof.py, when the fix has one
+    harmless: tuple[tuple[str, str], ...] = ()  # (mutant id, why): survivors of verify --mutants explained
 
 
 @dataclass(frozen=True)
