@@ -13,6 +13,7 @@ __all__ = [
     "FileState",
     "ProofVerdict",
     "PortOutcome",
+    "ProofState",
     "Fingerprint",
     "Change",
     "Upstream",
@@ -76,6 +77,15 @@ class PortOutcome(Word):
     @property
     def ported(self) -> bool:
         return self in (PortOutcome.UNCHANGED, PortOutcome.OFFSET, PortOutcome.CST)
+
+
+class ProofState(Word):
+    """How one run of a fix's proof ended, on a given tree."""
+
+    PASSES = "passes"  # the bug is not there
+    BUG_PRESENT = "bug-present"  # the proof failed: the bug is there
+    ERROR = "error"  # the proof could not run (a function moved, an import failed)
+    NOT_RUN = "not-run"
 
 
 @dataclass(frozen=True)

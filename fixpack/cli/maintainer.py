@@ -102,7 +102,7 @@ def _proofs_can_run() -> None:
         line = " ".join(["'torch==2.13.0'" if m == "torch" else m for m in missing])
         raise EnvironmentProblem(
             f"the proofs need {' and '.join(missing)}, which this Python lacks: "
-            f"{Path(sys.executable).name} -m pip install {line}"
+            f"{Path(sys.executable).name} -m pip install {line} (port runs without them given --no-proofs)"
         )
 
 
@@ -252,7 +252,14 @@ def record(fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: 
 @click.option("--profile", metavar="NAME", help="Port every fix of this profile (opt-ins included), in pack order.")
 @click.option("--from", "from_release", required=True, metavar="RELEASE", help="The release the fixes are on.")
 @NEW_SOURCE
-@click.option("--write", "write", metavar="NEW-RELEASE", help="Write the ported changes and a draft profile.")
+@click.option(
+    "--write",
+    "write",
+    metavar="NEW-RELEASE",
+    help="Write the ported changes of the fixes still needed and a draft profile.",
+)
+@click.option("--no-proofs", is_flag=True, help="Do not run the proofs: only say whether each change applies.")
+@click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Proofs run at once.")
 @JSON
 @guard(_ok_error)
 def port(
@@ -261,19 +268,27 @@ def port(
     from_release: str,
     sources: tuple[str, ...],
     write: str | None,
+    no_proofs: bool,
+    jobs: int,
     as_json: bool,
 ) -> int:
     """Try FIXes (or a profile's) on the --source trees of another release and report each change:
-    unchanged, offset, cst, upstream or conflict. Exits 0 once the report is made, conflicts or not.
+    unchanged, offset, cst, upstream or conflict. Then run each fix's proof on the new trees as they
+    are (still failing: the bug is still there; passing: fixed-upstream, the fix is no longer
+    needed) and with the ported changes applied (passing: the ported fix is proven). Give
+    --source vllm=DIR too: the proofs run vLLM's code. Exits 0 once the report is made, conflicts or not.
     """
     from ..commands.port import port as run
 
     if not fixes and not profile:
         raise UsageError("give FIX ... or --profile NAME")
-    result = run(catalog(), fixes, profile, from_release, parse_sources(sources), write)
+    if not no_proofs:
+        _proofs_can_run()
+    result = run(catalog(), fixes, profile, from_release, parse_sources(sources), write, not no_proofs, jobs)
     if as_json:
         render.dump(result.to_json())
         render.notes(result.notes)
     else:
         render.port_human(result, from_release, write)
+        render.port_proofs_human(result)
     return 0

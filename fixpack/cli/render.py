@@ -28,6 +28,7 @@ __all__ = [
     "port_human",
     "mutants_json",
     "mutants_human",
+    "port_proofs_human",
 ]
 
 _NOT_APPLIED = "not applied: the plan was refused"
@@ -265,3 +266,17 @@ def mutants_human(verdicts: list[Any], per_fix: int) -> None:
         f"fixpack verify --mutants: {_rate(caught, total)} caught, {explained} harmless (fix.toml), "
         f"{survive} survive unexplained"
     )
+
+
+def port_proofs_human(result: Any) -> None:
+    """port's proofs, a line per fix: is the bug still on the new tree, is the ported fix proven."""
+    if not result.proofs:
+        return
+    print("proofs: bug on the new tree as it is / ported fix proven")
+    width = max(len(f) for f in result.proofs)
+    for fix_id, proof in result.proofs.items():
+        still = {"bug-present": "bug present", "passes": "BUG GONE", "error": "ERROR"}.get(proof.pristine, "not run")
+        proven = {"passes": "proven", "bug-present": "NOT PROVEN", "error": "ERROR"}.get(proof.ported, "not run")
+        print(f"  {fix_id:<{width}}  {still:<11}  {proven:<10}  {result.fix_outcome(fix_id)}")
+        if proof.pristine != "bug-present" or proof.ported not in ("passes", "not-run"):
+            print(f"      {proof.detail}")

@@ -24,7 +24,7 @@ from ..core.mutants import Mutant, Target, mutants
 from ..core.plan import chains
 from ..models import Change, Fix, Profile
 from ..proofkit import PASSED, run_proof
-from .trees import link_trees, proof_trees, tail
+from .trees import link_trees, proof_trees, put, tail
 
 __all__ = ["MutantRun", "FixMutants", "mutate"]
 
@@ -120,21 +120,13 @@ def _run(job: _Job, slots: queue.Queue[dict[str, Path]], profile: Profile) -> Mu
     roots = slots.get()
     target = roots[job.dist] / job.mutant.path
     try:
-        _replace(target, job.content)
+        put(target, job.content)
         done = run_proof(Path(job.fix.proof.script or ""), proof_trees(profile, roots), timeout=MUTANT_TIMEOUT)
     finally:
-        _replace(target, job.patched)
+        put(target, job.patched)
         slots.put(roots)
     shown = patch.render(job.mutant.path, job.patched, job.content, context=2)
     return MutantRun(job.mutant.id, job.mutant.description, done.code != PASSED, tail(done.output, 2), shown)
-
-
-def _replace(target: Path, content: bytes | None) -> None:
-    """Unlink, then write: the slot's files are hard links shared with the patched tree."""
-    target.unlink(missing_ok=True)
-    if content is not None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content)
 
 
 def mutate(

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..models import Profile
 from ..proofkit import Trees
 
-__all__ = ["copy_trees", "link_trees", "proof_trees", "tail"]
+__all__ = ["copy_trees", "link_trees", "put", "proof_trees", "tail"]
 
 
 def copy_trees(sources: dict[str, Path], profile: Profile, dest: Path) -> dict[str, Path]:
@@ -34,6 +34,14 @@ def link_trees(roots: dict[str, Path], dest: Path) -> dict[str, Path]:
         shutil.copytree(root, dest / dist, copy_function=os.link)
         out[dist] = dest / dist
     return out
+
+
+def put(target: Path, content: bytes | None) -> None:
+    """Replace a scratch file (None: remove it), never writing in place: it may be a hard link."""
+    target.unlink(missing_ok=True)
+    if content is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
 
 
 def proof_trees(profile: Profile, roots: dict[str, Path]) -> Trees:
