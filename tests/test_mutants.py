@@ -151,3 +151,12 @@ def test_verify_without_mutants_keeps_its_json(cli, cookbook):
     r = cli("verify", "--json", *sources_args(cookbook))
     assert r.exit_code == 0, r.output
     assert set(json.loads(r.stdout)) == {"ok", "results"}
+
+
+def test_a_harmless_mutant_needs_a_reason(cli, cookbook):
+    _pack(cookbook)
+    toml = cookbook.root / "fixes/weak/fix.toml"
+    toml.write_text(toml.read_text() + '\n[[proof.harmless]]\nmutant = "h1:+1:const:+1"\nwhy = " "\n')
+    r = cli("verify", "--json", "--mutants", *sources_args(cookbook))
+    assert r.exit_code == 2
+    assert "each [[proof.harmless]] needs a why" in json.loads(r.stdout)["error"]

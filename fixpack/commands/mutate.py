@@ -24,7 +24,7 @@ from ..core.mutants import Mutant, Target, mutants
 from ..core.plan import chains
 from ..models import Change, Fix, Profile
 from ..proofkit import PASSED, run_proof
-from .trees import link_trees, proof_trees, put, tail
+from .trees import link_trees, proof_trees, put
 
 __all__ = ["MutantRun", "FixMutants", "mutate"]
 
@@ -37,7 +37,6 @@ class MutantRun:
     id: str
     description: str
     caught: bool
-    detail: str  # how the proof took it: its last lines
     diff: str  # the mutated file against the patched one (the whole pack applied)
 
 
@@ -126,7 +125,7 @@ def _run(job: _Job, slots: queue.Queue[dict[str, Path]], profile: Profile) -> Mu
         put(target, job.patched)
         slots.put(roots)
     shown = patch.render(job.mutant.path, job.patched, job.content, context=2)
-    return MutantRun(job.mutant.id, job.mutant.description, done.code != PASSED, tail(done.output, 2), shown)
+    return MutantRun(job.mutant.id, job.mutant.description, done.code != PASSED, shown)
 
 
 def mutate(
