@@ -137,6 +137,7 @@ def test_verify_mutants_reports_a_survivor_until_it_is_explained(cli, cookbook):
     toml.write_text(
         toml.read_text()
         + f'\n[[proof.harmless]]\nmutant = "h1:+1:const:+1"\nwhy = "{why}"\n'
+        + '\n[[proof.harmless]]\nmutant = "h1:+1:const:-1"\nwhy = "recorded before the proof caught it"\n'
     )
     r = cli("verify", "--json", "--mutants", *sources_args(cookbook))
     assert r.exit_code == 0, r.output
@@ -144,6 +145,8 @@ def test_verify_mutants_reports_a_survivor_until_it_is_explained(cli, cookbook):
     assert out["ok"] and out["mutants"]["weak"]["survivors"] == []
     explained = {"id": survivor["id"], "description": survivor["description"], "why": why}
     assert out["mutants"]["weak"]["explained"] == [explained]
+    assert out["mutants"]["weak"]["unmatched_harmless"] == ["h1:+1:const:-1"]
+    assert "unmatched_harmless" not in out["mutants"]["doubling"]
 
 
 def test_verify_without_mutants_keeps_its_json(cli, cookbook):

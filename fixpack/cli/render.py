@@ -255,6 +255,8 @@ def mutants_human(verdicts: list[Any], per_fix: int) -> None:
             continue
         explained = f", {len(m.explained)} harmless" if m.explained else ""
         print(f"  {m.fix:<{width}}  caught {m.caught}/{len(m.runs)}{explained}")
+        if m.unmatched:
+            print(f"      recorded harmless, but no such survivor (caught now, or not run): {', '.join(m.unmatched)}")
         for run in m.survivors:
             print(f"      survives {run.id}: {run.description}")
             lines = run.diff.splitlines()

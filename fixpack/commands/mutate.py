@@ -59,6 +59,12 @@ class FixMutants:
     def explained(self) -> list[MutantRun]:
         return [r for r in self.runs if not r.caught and r.id in self.harmless]
 
+    @property
+    def unmatched(self) -> list[str]:
+        """Ids fix.toml records as harmless that survived nothing here: caught now, or not run."""
+        survived = {r.id for r in self.runs if not r.caught}
+        return [m for m in self.harmless if m not in survived]
+
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
             "caught": self.caught,
@@ -70,6 +76,8 @@ class FixMutants:
         }
         if self.skipped:
             out["skipped"] = self.skipped
+        if self.unmatched:
+            out["unmatched_harmless"] = self.unmatched
         return out
 
 

@@ -58,15 +58,15 @@ class Mutant:
 
 @dataclass(frozen=True)
 class _Slip:
-    """One token change in one line: what kind, the id's detail, and the line as it becomes."""
+    """One token change in one line: the id's detail, and the line as it becomes."""
 
-    kind: str
     detail: str
     text: str
 
 
 def _tokens(source: str) -> dict[int, list[tokenize.TokenInfo]]:
-    """The code tokens of each line (1-based), strings and comments excluded; {} if it does not tokenize."""
+    """The tokens of each line (1-based) that slips look at: a string is one token, so its text is
+    never mutated, and comments are left out; {} if the file does not tokenize."""
     by_line: dict[int, list[tokenize.TokenInfo]] = {}
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -156,7 +156,7 @@ def _index_slips(text: str, toks: list[tokenize.TokenInfo], handled: set[int]) -
             for step in (1, -1):
                 new = f"{literal + step}" if literal is not None else f"{text[a:b]} {'+' if step > 0 else '-'} 1"
                 where = text[inner[0].start[1] : inner[-1].end[1]]
-                yield _Slip("index", f"[{where}]{name}{step:+d}", f"{text[:a]}{new}{text[b:]}")
+                yield _Slip(f"[{where}]{name}{step:+d}", f"{text[:a]}{new}{text[b:]}")
 
 
 def _const_slips(text: str, toks: list[tokenize.TokenInfo], handled: set[int]) -> Iterator[_Slip]:
@@ -165,17 +165,17 @@ def _const_slips(text: str, toks: list[tokenize.TokenInfo], handled: set[int]) -
         value = _int(tok)
         if value is not None and id(tok) not in handled:
             for step in (1, -1):
-                yield _Slip("const", f"{step:+d}", f"{text[:a]}{value + step}{text[b:]}")
+                yield _Slip(f"{step:+d}", f"{text[:a]}{value + step}{text[b:]}")
         elif tok.type == tokenize.NAME and tok.string in _BOOL:
             new = _BOOL[tok.string]
-            yield _Slip("const", f"{tok.string}>{new}", f"{text[:a]}{new}{text[b:]}")
+            yield _Slip(f"{tok.string}>{new}", f"{text[:a]}{new}{text[b:]}")
 
 
 def _cmp_slips(text: str, toks: list[tokenize.TokenInfo]) -> Iterator[_Slip]:
     for tok in toks:
         if tok.type == tokenize.OP and tok.string in _CMP:
             a, b = tok.start[1], tok.end[1]
-            yield _Slip("cmp", _CMP[tok.string], f"{text[:a]}{_CMP[tok.string]}{text[b:]}")
+            yield _Slip(_CMP[tok.string], f"{text[:a]}{_CMP[tok.string]}{text[b:]}")
 
 
 def _arg_slips(text: str, toks: list[tokenize.TokenInfo]) -> Iterator[_Slip]:
@@ -202,13 +202,13 @@ def _arg_slips(text: str, toks: list[tokenize.TokenInfo]) -> Iterator[_Slip]:
         for i in range(len(args)):
             kept = spans[:i] + spans[i + 1 :]
             name = args[i][0].string if _is_keyword_arg(args[i]) else str(i + 1)
-            yield _Slip("arg", f"{callee}:drop{name}", f"{text[:lo]}{', '.join(kept)}{text[hi:]}")
+            yield _Slip(f"{callee}:drop{name}", f"{text[:lo]}{', '.join(kept)}{text[hi:]}")
         for i in range(len(args) - 1):
             pair = args[i : i + 2]
             if any(_is_keyword_arg(a) or a[0].string in ("*", "**") for a in pair) or spans[i] == spans[i + 1]:
                 continue
             swapped = spans[:i] + [spans[i + 1], spans[i]] + spans[i + 2 :]
-            yield _Slip("arg", f"{callee}:swap{i + 1}-{i + 2}", f"{text[:lo]}{', '.join(swapped)}{text[hi:]}")
+            yield _Slip(f"{callee}:swap{i + 1}-{i + 2}", f"{text[:lo]}{', '.join(swapped)}{text[hi:]}")
 
 
 def _line_slips(text: str, toks: list[tokenize.TokenInfo]) -> dict[str, list[_Slip]]:
