@@ -114,3 +114,13 @@ def test_port_write_leaves_out_a_fix_whose_bug_is_gone(cli, cookbook, tmp_path):
     assert '    # "swap-count",  # conflict: vllm_gaudi/batch.py: ' in draft
     assert Catalog.load(cookbook.root).profile("v0.27.0").pack == ("runner-fix",)
     assert str(fixes / "runner-fix" / "v0.27.0.patch") in out["written"]
+
+
+def test_port_says_when_a_tree_the_proofs_may_need_is_missing(cli, cookbook, tmp_path):
+    _pack(cookbook)
+    new = write_tree(tmp_path / "new", NEW_TREE)
+    r = cli("port", "runner-fix", "--from", "v0.26.0", "--source", f"vllm-gaudi={new['vllm-gaudi']}", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["notes"] == ["no --source vllm=DIR: proofs that need vllm error"]
+    assert out["fixes"][0]["proof"]["ported"] == "passes"

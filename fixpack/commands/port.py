@@ -284,10 +284,10 @@ def _prove(
     jobs: int,
 ) -> None:
     """Each fix's proof on copies of the new trees: as they are, and with ``ported`` written in."""
-    result.notes += _tree_notes(profile, sources)
     if not any(f.proof.script for f in fixes):
         result.proofs = {f.id: FixProof(ProofState.NOT_RUN, ProofState.NOT_RUN, "no proof") for f in fixes}
         return
+    result.notes += _tree_notes(profile, sources)
     with tempfile.TemporaryDirectory(prefix="fixpack-port-") as tmp:
         trees = {}
         for which in ("pristine", "ported"):
