@@ -27,6 +27,17 @@ def unchanged(a, b):
 
 def label(n):
     return "n"
+
+
+def spacer(a):
+    a += 1
+    a += 2
+    return a
+
+
+def documented():
+    """Says little."""
+    return None
 '''
 AFTER = '''\
 def pick(rows, limit):
@@ -47,6 +58,17 @@ def unchanged(a, b):
 def label(n):
     # [0] < 1 in a comment, and in a string: stay as they are
     return "n[0] < 1"
+
+
+def spacer(a):
+    a += 1
+    a += 2
+    return a
+
+
+def documented():
+    """Says more: a hunk of docstrings and comments is never left out, since it runs nothing."""
+    return None
 '''
 
 
@@ -70,7 +92,8 @@ def test_each_kind_of_mutant_compiles_and_has_a_stable_id():
     assert "out[1:limit - 1]" in by_id["h1:+4:index:[1:limit]hi-1"].after.decode()
     assert "sorted(key=len)" in by_id["h1:+4:arg:sorted:drop1"].after.decode()
     assert "sorted(out)" in by_id["h1:+4:arg:sorted:dropkey"].after.decode()
-    assert by_id["h2:revert"].after.decode().endswith('    return "n"\n')
+    assert '    return "n"\n' in by_id["h2:revert"].after.decode()
+    assert not any(i.startswith("h3:") for i in ids)  # the docstring's hunk
     for m in found:
         compile(m.after, m.path, "exec")
         assert m.after != AFTER.encode()

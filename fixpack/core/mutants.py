@@ -11,12 +11,14 @@ changed (``h1:+3:cmp:<=``: the third added line of hunk 1, its comparison made `
 
 Ids are made from the patch alone (hunks counted across the fix's files in patch order), so a
 maintainer can record one in fix.toml as harmless. Only code is mutated: tokens come from the
-whole patched file, never from strings or comments, and a mutant is kept only if its file still
-compiles and differs from the fix's result. Pure: bytes in, mutants out.
+whole patched file, never from strings or comments; a hunk that changes only comments and
+docstrings is not left out; a mutant is kept only if its file still compiles and differs from
+the fix's result. Pure: bytes in, mutants out.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import io
 import keyword
@@ -242,6 +244,20 @@ def _added_rows(fd: FileDiff, before: bytes | None) -> list[list[int]]:
     return rows
 
 
+def _code(content: bytes | None) -> str | None:
+    """What of a Python file runs: its syntax tree less docstrings (comments are not in it)."""
+    try:
+        tree = ast.parse(content or b"")
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                node.body = body[1:]  # type: ignore[attr-defined]
+    return ast.dump(tree)
+
+
 def _with_line(hunk: Hunk, added: int, text: str) -> Hunk:
     """``hunk`` with its ``added``-th added line (0-based) replaced by ``text``."""
     plus = [i for i, (tag, _) in enumerate(hunk.lines) if tag == "+"]
@@ -268,19 +284,15 @@ def _candidates(targets: Sequence[Target]) -> Iterator[Mutant]:
         lines = patch.split_lines(text)
         tokens = _tokens(text) if path.endswith(".py") else {}
         rows = _added_rows(fd, target.before)
+        code = _code(after) if path.endswith(".py") else None
         for k, hunk in enumerate(fd.hunks):
             number += 1
             rest = fd.hunks[:k] + fd.hunks[k + 1 :]
             left = dataclasses.replace(fd, hunks=rest) if rest else None
-            reverts.append(
-                Mutant(
-                    f"h{number}:revert",
-                    f"{path}: hunk {number} (@@ -{hunk.old_start}) left out",
-                    path,
-                    left,
-                    target.before if left is None else patch.apply(left, target.before),
-                )
-            )
+            reverted = target.before if left is None else patch.apply(left, target.before)
+            if code is None or _code(reverted) != code:  # a hunk of comments and docstrings runs nothing
+                what = f"{path}: hunk {number} (@@ -{hunk.old_start}) left out"
+                reverts.append(Mutant(f"h{number}:revert", what, path, left, reverted))
             by_kind: dict[str, list[Mutant]] = {kind: [] for kind in _KINDS}
             seen: dict[str, int] = {}
             for j, row in enumerate(rows[k]):
