@@ -13,6 +13,7 @@ __all__ = [
     "FileState",
     "ProofVerdict",
     "PortOutcome",
+    "ProofState",
     "Fingerprint",
     "Change",
     "Upstream",
@@ -78,6 +79,15 @@ class PortOutcome(Word):
         return self in (PortOutcome.UNCHANGED, PortOutcome.OFFSET, PortOutcome.CST)
 
 
+class ProofState(Word):
+    """How one run of a fix's proof ended, on a given tree."""
+
+    PASSES = "passes"  # the bug is not there
+    BUG_PRESENT = "bug-present"  # the proof failed: the bug is there
+    ERROR = "error"  # the proof could not run (a function moved, an import failed)
+    NOT_RUN = "not-run"
+
+
 @dataclass(frozen=True)
 class Fingerprint:
     """sha256 of one file: in the release (``pristine``), before and after this change in pack order."""
@@ -112,6 +122,7 @@ class Proof:
     level: str  # one of PROOF_LEVELS, as the fix claims it
     reason: str = ""
     script: str | None = None  # path of proof.py, when the fix has one
+    harmless: tuple[tuple[str, str], ...] = ()  # (mutant id, why): survivors of verify --mutants explained
 
 
 @dataclass(frozen=True)

@@ -31,15 +31,39 @@ PROFILE_HELP = "The release profile (default: the cookbook's only profile)."
 @JSON
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML report.")
 @click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Proofs run at once.")
+@click.option(
+    "--mutants",
+    "with_mutants",
+    is_flag=True,
+    help="Also run each fix's proof on mutants of its patch (a hunk left out, one token of an added line "
+    "changed), on the tree with the whole pack applied: every mutant must be caught or recorded in fix.toml "
+    "as harmless ([[proof.harmless]] mutant = ID, why = ...).",
+)
+@click.option(
+    "--mutants-per-fix",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    metavar="N",
+    help="With --mutants: at most N mutants of each fix, spread over its hunks.",
+)
 @SITE
 @guard(_verify_error)
 def verify(
-    profiles: tuple[str, ...], sources: tuple[str, ...], as_json: bool, junit: Path | None, jobs: int, site: Path | None
+    profiles: tuple[str, ...],
+    sources: tuple[str, ...],
+    as_json: bool,
+    junit: Path | None,
+    jobs: int,
+    with_mutants: bool,
+    mutants_per_fix: int,
+    site: Path | None,
 ) -> int:
     """For CI: every fix of each profile applies to the pinned sources, compiles, reverts exactly,
     and its proof fails on the pristine tree and passes on the patched one.
 
-    The --source trees are copied to a scratch folder and never touched. Exits 1 listing every failure.
+    The --source trees are copied to a scratch folder and never touched. Exits 1 listing every failure
+    (with --mutants, every surviving mutant not recorded as harmless).
     """
     from ..commands.verify import junit as junit_xml
     from ..commands.verify import verify_profile
@@ -53,13 +77,19 @@ def verify(
         if missing:
             hint = " ".join(f"--source {d}=DIR" for d in missing)
             raise UsageError(f"verify --profile {prof.name} needs the pristine trees: give {hint}")
-    verdicts = [v for prof in chosen for v in verify_profile(book, prof, roots, jobs=jobs)]
+    per_fix = mutants_per_fix if with_mutants else 0
+    verdicts = [v for prof in chosen for v in verify_profile(book, prof, roots, jobs=jobs, mutants=per_fix)]
     if junit:
         junit.write_text(junit_xml(verdicts), encoding="utf-8")
     if as_json:
-        render.dump(render.verify_json(verdicts))
+        data = render.verify_json(verdicts)
+        if with_mutants:
+            data["mutants"] = render.mutants_json(verdicts)
+        render.dump(data)
     else:
         render.verify_human(verdicts)
+        if with_mutants:
+            render.mutants_human(verdicts, per_fix)
     return 0 if all(v.ok for v in verdicts) else 1
 
 
@@ -72,7 +102,7 @@ def _proofs_can_run() -> None:
         line = " ".join(["'torch==2.13.0'" if m == "torch" else m for m in missing])
         raise EnvironmentProblem(
             f"the proofs need {' and '.join(missing)}, which this Python lacks: "
-            f"{Path(sys.executable).name} -m pip install {line}"
+            f"{Path(sys.executable).name} -m pip install {line} (port runs without them given --no-proofs)"
         )
 
 
@@ -222,7 +252,14 @@ def record(fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: 
 @click.option("--profile", metavar="NAME", help="Port every fix of this profile (opt-ins included), in pack order.")
 @click.option("--from", "from_release", required=True, metavar="RELEASE", help="The release the fixes are on.")
 @NEW_SOURCE
-@click.option("--write", "write", metavar="NEW-RELEASE", help="Write the ported changes and a draft profile.")
+@click.option(
+    "--write",
+    "write",
+    metavar="NEW-RELEASE",
+    help="Write the ported changes of the fixes still needed and a draft profile.",
+)
+@click.option("--no-proofs", is_flag=True, help="Do not run the proofs: only say whether each change applies.")
+@click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Proofs run at once.")
 @JSON
 @guard(_ok_error)
 def port(
@@ -231,19 +268,27 @@ def port(
     from_release: str,
     sources: tuple[str, ...],
     write: str | None,
+    no_proofs: bool,
+    jobs: int,
     as_json: bool,
 ) -> int:
     """Try FIXes (or a profile's) on the --source trees of another release and report each change:
-    unchanged, offset, cst, upstream or conflict. Exits 0 once the report is made, conflicts or not.
+    unchanged, offset, cst, upstream or conflict. Then run each fix's proof on the new trees as they
+    are (still failing: the bug is still there; passing: fixed-upstream, the fix is no longer
+    needed) and with the ported changes applied (passing: the ported fix is proven). Give
+    --source vllm=DIR too: the proofs run vLLM's code. Exits 0 once the report is made, conflicts or not.
     """
     from ..commands.port import port as run
 
     if not fixes and not profile:
         raise UsageError("give FIX ... or --profile NAME")
-    result = run(catalog(), fixes, profile, from_release, parse_sources(sources), write)
+    if not no_proofs:
+        _proofs_can_run()
+    result = run(catalog(), fixes, profile, from_release, parse_sources(sources), write, not no_proofs, jobs)
     if as_json:
         render.dump(result.to_json())
         render.notes(result.notes)
     else:
         render.port_human(result, from_release, write)
+        render.port_proofs_human(result)
     return 0

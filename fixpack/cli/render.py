@@ -27,6 +27,9 @@ __all__ = [
     "verify_json",
     "verify_human",
     "port_human",
+    "mutants_json",
+    "mutants_human",
+    "port_proofs_human",
 ]
 
 _NOT_APPLIED = "not applied: the plan was refused"
@@ -238,3 +241,55 @@ def port_human(result: Any, from_release: str, write: str | None) -> None:
         print(f"  wrote {path}")
     counts = ", ".join(f"{n} {o}" for o, n in result.counts().items())
     print(f"fixpack port: {from_release} -> {write or 'the --source trees'}: {counts}")
+
+
+def mutants_json(verdicts: list[Any]) -> dict[str, Any]:
+    """verify --mutants: fix id -> its mutants (a fix in several profiles: as the first one ran them)."""
+    out: dict[str, Any] = {}
+    for v in verdicts:
+        if v.mutants is not None:
+            out.setdefault(v.fix, v.mutants.to_json())
+    return out
+
+
+def _rate(caught: int, total: int) -> str:
+    return f"{caught}/{total}" + (f" ({100 * caught / total:.0f}%)" if total else "")
+
+
+def mutants_human(verdicts: list[Any], per_fix: int) -> None:
+    reports = [v.mutants for v in verdicts if v.mutants is not None]
+    print(f"mutants: each fix's proof on up to {per_fix} mutants of its patch, the rest of the pack applied")
+    width = max((len(m.fix) for m in reports), default=0)
+    for m in reports:
+        if m.skipped:
+            print(f"  {m.fix:<{width}}  skipped: {m.skipped}")
+            continue
+        explained = f", {len(m.explained)} harmless" if m.explained else ""
+        print(f"  {m.fix:<{width}}  caught {m.caught}/{len(m.runs)}{explained}")
+        if m.unmatched:
+            print(f"      recorded harmless, but no such survivor (caught now, or not run): {', '.join(m.unmatched)}")
+        for run in m.survivors:
+            print(f"      survives {run.id}: {run.description}")
+            lines = run.diff.splitlines()
+            start = next((i for i, line in enumerate(lines) if line.startswith("@@")), 0)
+            print("\n".join(f"      | {line}" for line in lines[start:]))
+    caught, total = sum(m.caught for m in reports), sum(len(m.runs) for m in reports)
+    explained, survive = sum(len(m.explained) for m in reports), sum(len(m.survivors) for m in reports)
+    print(
+        f"fixpack verify --mutants: {_rate(caught, total)} caught, {explained} harmless (fix.toml), "
+        f"{survive} survive unexplained"
+    )
+
+
+def port_proofs_human(result: Any) -> None:
+    """port's proofs, a line per fix: is the bug still on the new tree, is the ported fix proven."""
+    if not result.proofs:
+        return
+    print("proofs: bug on the new tree as it is / ported fix proven")
+    width = max(len(f) for f in result.proofs)
+    for fix_id, proof in result.proofs.items():
+        still = {"bug-present": "bug present", "passes": "BUG GONE", "error": "ERROR"}.get(proof.pristine, "not run")
+        proven = {"passes": "proven", "bug-present": "NOT PROVEN", "error": "ERROR"}.get(proof.ported, "not run")
+        print(f"  {fix_id:<{width}}  {still:<11}  {proven:<10}  {result.fix_outcome(fix_id)}")
+        if proof.pristine != "bug-present" or proof.ported not in ("passes", "not-run"):
+            print(f"      {proof.detail}")

@@ -12,14 +12,22 @@ chains them, and gets one outcome:
   not compile.
 
 A change that does not apply is left out of the chain, so the fixes after it are tried on what
-the tree would be without it. ``write`` adds the new release to each fix that ported, re-rendered
-against the new tree and fingerprinted, and a draft profile in which a maintainer only has to
-resolve the fixes left commented out.
+the tree would be without it.
+
+Whether a change applies says nothing of the bug, so each fix's proof also runs twice (unless
+``proofs`` is off): on the new tree as it is, where it should still fail (if it passes, the bug
+is gone upstream, fixed in another way or its code path removed: the fix is ``fixed-upstream``
+and should be dropped), and on the new tree with every change that ported applied, in pack order,
+where it should pass (the ported fix is proven). ``write`` adds the new release to each fix that
+ported and is still needed, re-rendered against the new tree and fingerprinted, and a draft
+profile in which a maintainer only has to resolve the fixes left commented out.
 """
 
 from __future__ import annotations
 
 import subprocess
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,13 +40,17 @@ from ..core import rebuild
 from ..core.fingerprint import of
 from ..core.plan import chains as pack_chains
 from ..errors import UsageError
-from ..models import Change, Fingerprint, Fix, PortOutcome, Profile
+from ..models import Change, Fingerprint, Fix, PortOutcome, Profile, ProofState
+from ..proofkit import BUG_PRESENT, PASSED
+from ..proofrun import ProofRun, run_proof
+from ..site.commits import from_version_py
 from . import lock
+from .trees import copy_trees, proof_trees, put, tail
 
 if TYPE_CHECKING:  # libcst loads only when a transform runs
     from ..transforms import Transform
 
-__all__ = ["ChangeReport", "PortReport", "port"]
+__all__ = ["ChangeReport", "FixProof", "PortReport", "port"]
 
 
 @dataclass
@@ -63,6 +75,18 @@ class ChangeReport:
         }
 
 
+@dataclass(frozen=True)
+class FixProof:
+    """A fix's proof on the new tree as it is (``pristine``) and with the ported pack (``ported``)."""
+
+    pristine: ProofState
+    ported: ProofState
+    detail: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"pristine": self.pristine, "ported": self.ported, "detail": self.detail}
+
+
 @dataclass
 class PortReport:
     from_release: str
@@ -71,23 +95,37 @@ class PortReport:
     fix_ids: tuple[str, ...]
     written: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    proofs: dict[str, FixProof] = field(default_factory=dict)  # empty when proofs were not run
 
     def counts(self) -> dict[str, int]:
         return {o.value: sum(1 for c in self.changes if c.outcome == o) for o in PortOutcome}
 
-    def fix_outcome(self, fix_id: str) -> str:
-        """conflict if any change conflicts, upstream if all are upstream, else ported."""
+    def applies(self, fix_id: str) -> str:
+        """From the changes alone: conflict if any change conflicts, upstream if all are upstream, else ported."""
         outcomes = {c.outcome for c in self.changes if c.fix == fix_id}
         if "conflict" in outcomes:
             return "conflict"
         return "upstream" if outcomes == {"upstream"} else "ported"
 
+    def fix_outcome(self, fix_id: str) -> str:
+        """``applies``, except fixed-upstream when the proof passes on the new tree without the fix."""
+        outcome = self.applies(fix_id)
+        proof = self.proofs.get(fix_id)
+        if outcome != "upstream" and proof is not None and proof.pristine == ProofState.PASSES:
+            return "fixed-upstream"
+        return outcome
+
     def to_json(self) -> dict[str, object]:
+        fixes: list[dict[str, object]] = []
+        for f in self.fix_ids:
+            fixes.append({"id": f, "outcome": self.fix_outcome(f)})
+            if f in self.proofs:
+                fixes[-1]["proof"] = self.proofs[f].to_json()
         return {
             "from": self.from_release,
             "to": self.to_release,
             "counts": self.counts(),
-            "fixes": [{"id": f, "outcome": self.fix_outcome(f)} for f in self.fix_ids],
+            "fixes": fixes,
             "changes": [c.to_json() for c in self.changes],
             "written": [str(p) for p in self.written],
             "notes": self.notes,
@@ -203,6 +241,8 @@ def port(
     from_release: str,
     sources: dict[str, Path],
     write: str | None = None,
+    proofs: bool = True,
+    jobs: int = 2,
 ) -> PortReport:
     profile, fixes = _selection(catalog, fix_ids, profile_name, from_release)
     if write == from_release:
@@ -215,6 +255,7 @@ def port(
 
             transforms.update({(fix.id, t.path): t for t in load_transforms(spec)})
     reports: list[ChangeReport] = []
+    ported: dict[str, bytes | None] = {}  # path -> the new tree's file with every change that ported
     for path, chain in pack_chains(fixes, from_release).items():
         pristine = lock.read_source(sources, profile, path)
         content = pristine
@@ -224,12 +265,95 @@ def port(
                 report.fingerprint = Fingerprint(of(pristine), of(content), of(after))
             content = after
             reports.append(report)
+        ported[path] = content
     order = {f.id: i for i, f in enumerate(fixes)}
     reports.sort(key=lambda r: order[r.fix])  # by fix in pack order; each fix's files in its patch's order
     result = PortReport(from_release, write, reports, tuple(f.id for f in fixes))
+    if proofs:
+        _prove(fixes, profile, sources, ported, result, jobs)
     if write:
         _write(catalog, profile, fixes, result, sources, write)
     return result
+
+
+def _prove(
+    fixes: list[Fix],
+    profile: Profile,
+    sources: dict[str, Path],
+    ported: dict[str, bytes | None],
+    result: PortReport,
+    jobs: int,
+) -> None:
+    """Each fix's proof on copies of the new trees: as they are, and with ``ported`` written in."""
+    if not any(f.proof.script for f in fixes):
+        result.proofs = {f.id: FixProof(ProofState.NOT_RUN, ProofState.NOT_RUN, "no proof") for f in fixes}
+        return
+    result.notes += _tree_notes(profile, sources)
+    with tempfile.TemporaryDirectory(prefix="fixpack-port-") as tmp:
+        trees = {}
+        for which in ("pristine", "ported"):
+            roots = copy_trees(sources, profile, Path(tmp) / which)
+            if which == "ported":
+                for path, content in ported.items():
+                    pin = profile.pin_for_path(path)
+                    assert pin is not None
+                    put(roots[pin.dist] / path, content)
+            trees[which] = proof_trees(profile, roots)
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            runs = {
+                (fix.id, which): pool.submit(run_proof, Path(fix.proof.script), trees[which])
+                for fix in fixes
+                if fix.proof.script
+                for which in ("pristine", "ported")
+                if which == "pristine" or result.applies(fix.id) == "ported"
+            }
+            result.proofs = {fix.id: _judge(fix.id, result.applies(fix.id), runs) for fix in fixes}
+
+
+def _state(run: ProofRun) -> ProofState:
+    return {PASSED: ProofState.PASSES, BUG_PRESENT: ProofState.BUG_PRESENT}.get(run.code, ProofState.ERROR)
+
+
+def _judge(fix_id: str, applies: str, runs: dict[tuple[str, str], Future[ProofRun]]) -> FixProof:
+    if (fix_id, "pristine") not in runs:
+        return FixProof(ProofState.NOT_RUN, ProofState.NOT_RUN, "no proof")
+    before = runs[(fix_id, "pristine")].result()
+    pristine = _state(before)
+    said = {
+        ProofState.PASSES: "on the new tree without the fix the proof passes: the bug is gone there",
+        ProofState.BUG_PRESENT: f"on the new tree: {tail(before.output, 1)}",
+        ProofState.ERROR: f"on the new tree the proof errors: {tail(before.output, 3)}",
+    }
+    detail = [said[pristine]]
+    if (fix_id, "ported") not in runs:
+        detail.append(f"not run with the fix: it does not port ({applies})")
+        return FixProof(pristine, ProofState.NOT_RUN, "; ".join(detail))
+    after = runs[(fix_id, "ported")].result()
+    ported = _state(after)
+    if ported == ProofState.BUG_PRESENT:
+        detail.append(f"with the ported pack the proof still fails: {tail(after.output, 1)}")
+    elif ported == ProofState.ERROR:
+        detail.append(f"with the ported pack the proof errors: {tail(after.output, 3)}")
+    return FixProof(pristine, ported, "; ".join(detail))
+
+
+def _tree_notes(profile: Profile, sources: dict[str, Path]) -> list[str]:
+    """What the proofs ran against: a distribution whose tree is still the old release's pin, or none."""
+    notes = []
+    for pin in profile.pins:
+        if pin.dist not in sources:
+            notes.append(f"no --source {pin.dist}=DIR: proofs that need {pin.package} error")
+            continue
+        try:
+            commit = from_version_py(sources[pin.dist] / pin.package / "_version.py")
+        except ValueError:
+            continue
+        if commit and any(c.startswith(commit) or commit.startswith(c) for c in pin.commits):
+            notes.append(
+                f"the {pin.dist} tree is {profile.release}'s pin ({pin.version}, commit {commit}): the proofs ran "
+                f"the new trees against {pin.dist} {pin.version}; the new release may pin another {pin.dist}"
+            )
+    return notes
 
 
 def _write(
@@ -278,6 +402,8 @@ def _commit_of(tree: Path | None) -> str:
 def _why_not(result: PortReport, fix_id: str) -> str:
     """The outcome that kept a fix out of the new release, and its first reason."""
     outcome = result.fix_outcome(fix_id)
+    if outcome == "fixed-upstream":
+        return f"{outcome}: its proof passes on the new tree without it, so the bug is gone there"
     first = next(r for r in result.changes if r.fix == fix_id and r.outcome == outcome)
     why = first.detail if first.detail.startswith(first.path) else f"{first.path}: {first.detail}"
     return f"{outcome}: {why.splitlines()[0]}"

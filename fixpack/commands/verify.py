@@ -9,7 +9,6 @@ collected, not just the first.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,9 +20,11 @@ from ..core.fingerprint import sha256
 from ..core.plan import chains
 from ..errors import FixpackError, Refused
 from ..models import Fix, Profile, ProofVerdict
-from ..proofkit import BUG_PRESENT, PASSED, Trees
+from ..proofkit import BUG_PRESENT, PASSED
 from ..proofrun import run_proof
 from . import lock
+from .mutate import FixMutants, mutate
+from .trees import copy_trees, proof_trees, tail
 
 __all__ = ["FixVerdict", "verify_profile", "junit"]
 
@@ -38,6 +39,7 @@ class FixVerdict:
     reverts: bool = True
     proof: ProofVerdict = ProofVerdict.NONE
     failures: list[str] = field(default_factory=list)
+    mutants: FixMutants | None = None  # with --mutants
 
     @property
     def ok(self) -> bool:
@@ -45,19 +47,6 @@ class FixVerdict:
 
     def fail(self, what: str) -> None:
         self.failures.append(what)
-
-
-def _copy_tree(sources: dict[str, Path], profile: Profile, dest: Path) -> dict[str, Path]:
-    """Copy each pinned package out of its source tree (repository layout) into ``dest``."""
-    roots = {}
-    for pin in profile.pins:
-        if pin.dist not in sources:
-            continue
-        root = dest / pin.dist
-        src = sources[pin.dist] / pin.package
-        shutil.copytree(src, root / pin.package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        roots[pin.dist] = root
-    return roots
 
 
 def _placeholder(text: str) -> bool:
@@ -78,7 +67,11 @@ def _metadata_failures(fix: Fix) -> list[str]:
     return out
 
 
-def verify_profile(catalog: Catalog, profile: Profile, sources: dict[str, Path], jobs: int = 2) -> list[FixVerdict]:
+def verify_profile(
+    catalog: Catalog, profile: Profile, sources: dict[str, Path], jobs: int = 2, mutants: int = 0
+) -> list[FixVerdict]:
+    """Every check of every fix of the profile; with ``mutants``, also up to that many mutants of
+    each fix whose proof holds (see ``mutate``), a survivor not recorded as harmless a failure."""
     verdicts = {fid: FixVerdict(fid, profile.release, profile.name) for fid in profile.pack}
     for fid in profile.pack:
         verdicts[fid].failures += _metadata_failures(catalog.fixes[fid])
@@ -99,12 +92,12 @@ def verify_profile(catalog: Catalog, profile: Profile, sources: dict[str, Path],
                 verdicts[fid].fail(f"{change.path}: locked fingerprints do not match the source (run fixpack lock)")
 
     with tempfile.TemporaryDirectory(prefix="fixpack-verify-") as tmp:
-        pristine_roots = _copy_tree(sources, profile, Path(tmp) / "pristine")
-        patched_roots = _copy_tree(sources, profile, Path(tmp) / "patched")
+        pristine_roots = copy_trees(sources, profile, Path(tmp) / "pristine")
+        patched_roots = copy_trees(sources, profile, Path(tmp) / "patched")
         _apply_and_revert(catalog, profile, patched_roots, verdicts)
         trees = {
-            "pristine": _trees(profile, pristine_roots),
-            "patched": _trees(profile, patched_roots),
+            "pristine": proof_trees(profile, pristine_roots),
+            "patched": proof_trees(profile, patched_roots),
         }
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             runs = {
@@ -115,12 +108,14 @@ def verify_profile(catalog: Catalog, profile: Profile, sources: dict[str, Path],
             }
             for fid in profile.pack:
                 _judge_proof(catalog.fixes[fid], verdicts[fid], runs)
+        if mutants:
+            proven = [f for f, v in verdicts.items() if v.proof in (ProofVerdict.DEMONSTRATED, ProofVerdict.PARTIAL)]
+            scratch = Path(tmp) / "mutants"
+            found = mutate(catalog, profile, pristine_roots, patched_roots, proven, mutants, scratch, jobs)
+            for fid, report in found.items():
+                verdicts[fid].mutants = report
+                verdicts[fid].failures += [f"mutant {r.id} survives: {r.description}" for r in report.survivors]
     return list(verdicts.values())
-
-
-def _trees(profile: Profile, roots: dict[str, Path]) -> Trees:
-    by_package = {p.package: roots.get(p.dist) for p in profile.pins}
-    return Trees(vllm_gaudi=by_package.get("vllm_gaudi"), vllm=by_package.get("vllm"))
 
 
 def _apply_and_revert(
@@ -171,14 +166,10 @@ def _judge_proof(fix: Fix, verdict: FixVerdict, runs: dict) -> None:
     verdict.proof = ProofVerdict.FAILED
     if pristine.code != BUG_PRESENT:
         what = "passes" if pristine.code == PASSED else "errors"
-        verdict.fail(f"proof {what} on the pristine tree (it must fail there): {_tail(pristine.output)}")
+        verdict.fail(f"proof {what} on the pristine tree (it must fail there): {tail(pristine.output)}")
     if patched.code != PASSED:
         what = "fails" if patched.code == BUG_PRESENT else "errors"
-        verdict.fail(f"proof {what} on the patched tree: {_tail(patched.output)}")
-
-
-def _tail(text: str, lines: int = 6) -> str:
-    return " | ".join(text.strip().splitlines()[-lines:])
+        verdict.fail(f"proof {what} on the patched tree: {tail(patched.output)}")
 
 
 def junit(verdicts: list[FixVerdict]) -> str:

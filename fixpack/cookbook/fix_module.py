@@ -49,6 +49,12 @@ def load_fix(fix_dir: Path) -> Fix:
     reason = field(proof, "reason", str, where, "")
     if level != "demonstrated" and not reason.strip():
         raise invalid(where, f"proof.level {level!r} needs a proof.reason")
+    entries = proof.get("harmless", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise invalid(where, "proof.harmless must be [[proof.harmless]] tables (mutant = ID, why = ...)")
+    harmless = tuple((field(e, "mutant", str, where), field(e, "why", str, where).strip()) for e in entries)
+    if any(not why for _, why in harmless):
+        raise invalid(where, "each [[proof.harmless]] needs a why: the reason that mutant is harmless")
     script = fix_dir / "proof.py"
     if level != "none" and not script.exists():
         raise invalid(where, f"proof.level {level!r} but {script.name} is missing")
@@ -97,7 +103,7 @@ def load_fix(fix_dir: Path) -> Fix:
         supersedes=tuple(field(data, "supersedes", list, where, [])),
         opt_in=field(data, "opt_in", bool, where, False),
         upstream=Upstream(status, field(upstream, "ref", str, where, ""), field(upstream, "note", str, where, "")),
-        proof=Proof(level, reason, str(script) if script.exists() else None),
+        proof=Proof(level, reason, str(script) if script.exists() else None, harmless),
         verified_on=field(data, "verified_on", str, where, ""),
         changes=changes,
         source=str(fix_dir),

@@ -1,0 +1,328 @@
+"""Mutants of a fix's patch: the fix with one hunk left out, or with one small slip in a line it adds.
+
+A proof that catches a bug should also catch a fix that is nearly right. Each mutant is the fix's
+diff of one file, changed: a hunk left out (``h2:revert``), or one token of an added line
+changed (``h1:+3:cmp:<=``: the third added line of hunk 1, its comparison made ``<=``):
+
+- ``const``: an int literal +1 or -1, ``True`` <-> ``False``, ``None`` -> ``True``;
+- ``index``: a subscript ``[k]`` -> ``[k + 1]`` / ``[k - 1]``, a slice bound likewise;
+- ``cmp``: ``<`` <-> ``<=``, ``>`` <-> ``>=``, ``==`` <-> ``!=``;
+- ``arg``: one argument of a call dropped, or two positional arguments swapped.
+
+Ids are made from the patch alone (hunks counted across the fix's files in patch order), so a
+maintainer can record one in fix.toml as harmless. Only code is mutated: tokens come from the
+whole patched file, never from strings or comments; a hunk that changes only comments and
+docstrings is not left out; a mutant is kept only if its file still compiles and differs from
+the fix's result. Pure: bytes in, mutants out.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import io
+import keyword
+import tokenize
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import zip_longest
+
+from . import patch
+from .fingerprint import of
+from .patch import FileDiff, Hunk
+from .rebuild import compile_error
+
+__all__ = ["Mutant", "Target", "mutants"]
+
+_CMP = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "=="}
+_BOOL = {"True": "False", "False": "True", "None": "True"}
+_KINDS = ("cmp", "index", "const", "arg")
+# Subscripts of these are types, not indexing: mutating them says nothing about the fix.
+_GENERIC = {"list", "dict", "tuple", "set", "frozenset", "type", "Optional", "Union", "Callable"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One file diff of a fix and the bytes it applies to (in pack order: after the fixes before it)."""
+
+    diff: FileDiff
+    before: bytes | None
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str  # stable, from the patch's content: "h2:revert", "h1:+3:cmp:<="
+    description: str
+    path: str
+    diff: FileDiff | None  # the mutated diff of ``path``; None: the fix leaves this file alone
+    after: bytes | None  # ``diff`` applied to the target's ``before``
+
+
+@dataclass(frozen=True)
+class _Slip:
+    """One token change in one line: the id's detail, and the line as it becomes."""
+
+    detail: str
+    text: str
+
+
+def _tokens(source: str) -> dict[int, list[tokenize.TokenInfo]]:
+    """The tokens of each line (1-based) that slips look at: a string is one token, so its text is
+    never mutated, and comments are left out; {} if the file does not tokenize."""
+    by_line: dict[int, list[tokenize.TokenInfo]] = {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type in (tokenize.OP, tokenize.NAME, tokenize.NUMBER, tokenize.STRING):
+                by_line.setdefault(tok.start[0], []).append(tok)
+    except (tokenize.TokenError, SyntaxError):
+        return {}
+    return by_line
+
+
+def _closing(toks: list[tokenize.TokenInfo], at: int) -> int | None:
+    """Index of the bracket closing ``toks[at]`` on the same line, or None."""
+    depth = 0
+    for i in range(at, len(toks)):
+        if toks[i].type != tokenize.OP:
+            continue
+        if toks[i].string in "([{":
+            depth += 1
+        elif toks[i].string in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+def _split(toks: list[tokenize.TokenInfo], sep: str) -> list[list[tokenize.TokenInfo]]:
+    """``toks`` split at ``sep`` tokens outside brackets; a trailing empty part is dropped."""
+    parts: list[list[tokenize.TokenInfo]] = [[]]
+    depth = 0
+    for tok in toks:
+        if tok.type == tokenize.OP and tok.string in "([{":
+            depth += 1
+        elif tok.type == tokenize.OP and tok.string in ")]}":
+            depth -= 1
+        if depth == 0 and tok.type == tokenize.OP and tok.string == sep:
+            parts.append([])
+        else:
+            parts[-1].append(tok)
+    return parts[:-1] if len(parts) > 1 and not parts[-1] else parts
+
+
+def _span(text: str, part: list[tokenize.TokenInfo]) -> str:
+    return text[part[0].start[1] : part[-1].end[1]]
+
+
+def _int(tok: tokenize.TokenInfo) -> int | None:
+    """The value of an int literal token; None for anything else (floats and complex numbers stay)."""
+    if tok.type != tokenize.NUMBER:
+        return None
+    try:
+        return int(tok.string, 0)
+    except ValueError:
+        return None
+
+
+def _is_keyword_arg(part: list[tokenize.TokenInfo]) -> bool:
+    return len(part) > 1 and part[1].string == "=" and part[0].type == tokenize.NAME
+
+
+def _subscript(toks: list[tokenize.TokenInfo], at: int) -> bool:
+    """Whether the ``[`` at ``toks[at]`` indexes something (rather than opening a list or a type)."""
+    if at == 0:
+        return False
+    prev = toks[at - 1]
+    if prev.type == tokenize.NAME:
+        return not keyword.iskeyword(prev.string) and prev.string not in _GENERIC and not prev.string[:1].isupper()
+    return prev.type == tokenize.STRING or prev.string in (")", "]")
+
+
+def _index_slips(text: str, toks: list[tokenize.TokenInfo], handled: set[int]) -> Iterator[_Slip]:
+    for at, tok in enumerate(toks):
+        if tok.string != "[" or not _subscript(toks, at):
+            continue
+        end = _closing(toks, at)
+        inner = toks[at + 1 : end] if end is not None else []
+        if not inner or any(t.type == tokenize.STRING for t in inner) or len(_split(inner, ",")) > 1:
+            continue
+        bounds = _split(inner, ":")
+        names = ("lo", "hi") if len(bounds) > 1 else ("",)
+        for name, bound in zip(names, bounds):
+            if not bound:
+                continue
+            a, b = bound[0].start[1], bound[-1].end[1]
+            literal = _int(bound[0]) if len(bound) == 1 else None
+            if literal is not None:
+                handled.add(id(bound[0]))
+            for step in (1, -1):
+                new = f"{literal + step}" if literal is not None else f"{text[a:b]} {'+' if step > 0 else '-'} 1"
+                where = text[inner[0].start[1] : inner[-1].end[1]]
+                yield _Slip(f"[{where}]{name}{step:+d}", f"{text[:a]}{new}{text[b:]}")
+
+
+def _const_slips(text: str, toks: list[tokenize.TokenInfo], handled: set[int]) -> Iterator[_Slip]:
+    for tok in toks:
+        a, b = tok.start[1], tok.end[1]
+        value = _int(tok)
+        if value is not None and id(tok) not in handled:
+            for step in (1, -1):
+                yield _Slip(f"{step:+d}", f"{text[:a]}{value + step}{text[b:]}")
+        elif tok.type == tokenize.NAME and tok.string in _BOOL:
+            new = _BOOL[tok.string]
+            yield _Slip(f"{tok.string}>{new}", f"{text[:a]}{new}{text[b:]}")
+
+
+def _cmp_slips(text: str, toks: list[tokenize.TokenInfo]) -> Iterator[_Slip]:
+    for tok in toks:
+        if tok.type == tokenize.OP and tok.string in _CMP:
+            a, b = tok.start[1], tok.end[1]
+            yield _Slip(_CMP[tok.string], f"{text[:a]}{_CMP[tok.string]}{text[b:]}")
+
+
+def _arg_slips(text: str, toks: list[tokenize.TokenInfo]) -> Iterator[_Slip]:
+    for at, tok in enumerate(toks):
+        if tok.string != "(" or at == 0:
+            continue
+        prev = toks[at - 1]
+        if prev.type == tokenize.NAME:
+            if keyword.iskeyword(prev.string) or (at > 1 and toks[at - 2].string in ("def", "class")):
+                continue
+            callee = prev.string
+        elif prev.string in (")", "]"):
+            callee = "call"
+        else:
+            continue
+        end = _closing(toks, at)
+        if end is None or end == at + 1:
+            continue
+        args = _split(toks[at + 1 : end], ",")
+        if any(not a for a in args):
+            continue
+        lo, hi = toks[at].end[1], toks[end].start[1]
+        spans = [_span(text, a) for a in args]
+        for i in range(len(args)):
+            kept = spans[:i] + spans[i + 1 :]
+            name = args[i][0].string if _is_keyword_arg(args[i]) else str(i + 1)
+            yield _Slip(f"{callee}:drop{name}", f"{text[:lo]}{', '.join(kept)}{text[hi:]}")
+        for i in range(len(args) - 1):
+            pair = args[i : i + 2]
+            if any(_is_keyword_arg(a) or a[0].string in ("*", "**") for a in pair) or spans[i] == spans[i + 1]:
+                continue
+            swapped = spans[:i] + [spans[i + 1], spans[i]] + spans[i + 2 :]
+            yield _Slip(f"{callee}:swap{i + 1}-{i + 2}", f"{text[:lo]}{', '.join(swapped)}{text[hi:]}")
+
+
+def _line_slips(text: str, toks: list[tokenize.TokenInfo]) -> dict[str, list[_Slip]]:
+    """Every slip of one line (its text less the terminator, its tokens), by kind."""
+    handled: set[int] = set()
+    index = list(_index_slips(text, toks, handled))
+    return {
+        "cmp": list(_cmp_slips(text, toks)),
+        "index": index,
+        "const": list(_const_slips(text, toks, handled)),
+        "arg": list(_arg_slips(text, toks)),
+    }
+
+
+def _added_rows(fd: FileDiff, before: bytes | None) -> list[list[int]]:
+    """For each hunk, the 1-based line numbers its added lines have in the patched file.
+
+    Found by applying the diff with each added line replaced by a numbered marker: the engine
+    places it exactly as it places the real diff."""
+    marked = []
+    for k, hunk in enumerate(fd.hunks):
+        lines = tuple(
+            (tag, f"\x00{k}:{j}\x00\n" if tag == "+" else text) for j, (tag, text) in enumerate(hunk.lines)
+        )
+        marked.append(dataclasses.replace(hunk, lines=lines))
+    out = patch.apply(dataclasses.replace(fd, hunks=tuple(marked)), before)
+    rows: list[list[int]] = [[] for _ in fd.hunks]
+    for row, line in enumerate(patch.split_lines((out or b"").decode(patch.ENC, patch.ERRORS)), 1):
+        if line.startswith("\x00"):
+            rows[int(line[1:].split(":", 1)[0])].append(row)
+    return rows
+
+
+def _code(content: bytes | None) -> str | None:
+    """What of a Python file runs: its syntax tree less docstrings (comments are not in it)."""
+    try:
+        tree = ast.parse(content or b"")
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                node.body = body[1:]  # type: ignore[attr-defined]
+    return ast.dump(tree)
+
+
+def _with_line(hunk: Hunk, added: int, text: str) -> Hunk:
+    """``hunk`` with its ``added``-th added line (0-based) replaced by ``text``."""
+    plus = [i for i, (tag, _) in enumerate(hunk.lines) if tag == "+"]
+    lines = list(hunk.lines)
+    lines[plus[added]] = ("+", text)
+    return dataclasses.replace(hunk, lines=tuple(lines))
+
+
+def _interleave(*queues: Sequence[Mutant]) -> Iterator[Mutant]:
+    for group in zip_longest(*queues):
+        yield from (m for m in group if m is not None)
+
+
+def _candidates(targets: Sequence[Target]) -> Iterator[Mutant]:
+    """Every mutant, in the order a bounded run takes them: hunk reversions and line slips
+    alternate; slips go round the hunks, and within a hunk round the kinds."""
+    reverts: list[Mutant] = []
+    per_hunk: list[list[Mutant]] = []
+    number = 0
+    for target in targets:
+        fd, path = target.diff, target.diff.path
+        after = patch.apply(fd, target.before)
+        text = (after or b"").decode(patch.ENC, patch.ERRORS)
+        lines = patch.split_lines(text)
+        tokens = _tokens(text) if path.endswith(".py") else {}
+        rows = _added_rows(fd, target.before)
+        code = _code(after) if path.endswith(".py") else None
+        for k, hunk in enumerate(fd.hunks):
+            number += 1
+            rest = fd.hunks[:k] + fd.hunks[k + 1 :]
+            left = dataclasses.replace(fd, hunks=rest) if rest else None
+            reverted = target.before if left is None else patch.apply(left, target.before)
+            if code is None or _code(reverted) != code:  # a hunk of comments and docstrings runs nothing
+                what = f"{path}: hunk {number} (@@ -{hunk.old_start}) left out"
+                reverts.append(Mutant(f"h{number}:revert", what, path, left, reverted))
+            by_kind: dict[str, list[Mutant]] = {kind: [] for kind in _KINDS}
+            seen: dict[str, int] = {}
+            for j, row in enumerate(rows[k]):
+                line = lines[row - 1]
+                body = line.rstrip("\r\n")
+                for kind, slips in _line_slips(body, tokens.get(row, [])).items():
+                    for slip in slips:
+                        base = f"h{number}:+{j + 1}:{kind}:{slip.detail}"
+                        seen[base] = seen.get(base, 0) + 1
+                        mid = base if seen[base] == 1 else f"{base}#{seen[base]}"
+                        new = slip.text + line[len(body) :]
+                        hunks = (*fd.hunks[:k], _with_line(hunk, j, new), *fd.hunks[k + 1 :])
+                        mutated = dataclasses.replace(fd, hunks=hunks)
+                        mutated_after = "".join(lines[: row - 1] + [new] + lines[row:]).encode(patch.ENC, patch.ERRORS)
+                        what = f"{path}:{row}: {body.strip()}  ->  {slip.text.strip()}"
+                        by_kind[kind].append(Mutant(mid, what, path, mutated, mutated_after))
+            per_hunk.append(list(_interleave(*by_kind.values())))
+    yield from _interleave(reverts, list(_interleave(*per_hunk)))
+
+
+def mutants(targets: Sequence[Target]) -> Iterator[Mutant]:
+    """The mutants of a fix (its file diffs, each with the bytes it applies to), best spread first.
+
+    Lazy: a bounded run compiles only the mutants it takes. A mutant whose file does not compile,
+    or that gives the fix's own result, is skipped."""
+    results = {t.diff.path: patch.apply(t.diff, t.before) for t in targets}
+    seen: set[tuple[str, str]] = set()
+    for mutant in _candidates(targets):
+        same = (mutant.path, of(mutant.after))
+        if mutant.after == results[mutant.path] or same in seen or compile_error(mutant.path, mutant.after):
+            continue
+        seen.add(same)
+        yield mutant

@@ -1,0 +1,188 @@
+"""verify --mutants: the mutants of a patch (each kind, compiling, stable ids), and a verify run in
+which a strong proof catches every mutant and a weak one lets one survive until fix.toml explains it."""
+
+from __future__ import annotations
+
+import json
+
+from builders import RUNNER, SAMPLER
+from test_verify_and_diff import DOUBLING_PROOF, sources_args
+
+from fixpack.core import patch
+from fixpack.core.mutants import Target, mutants
+
+BEFORE = '''\
+def pick(rows, limit):
+    out = []
+    for i in range(len(rows)):
+        out.append(rows[i])
+    return out
+
+
+def unchanged(a, b):
+    total = a + b
+    total += 1
+    return total
+
+
+def label(n):
+    return "n"
+
+
+def spacer(a):
+    a += 1
+    a += 2
+    return a
+
+
+def documented():
+    """Says little."""
+    return None
+'''
+AFTER = '''\
+def pick(rows, limit):
+    out = []
+    for i in range(len(rows)):
+        if i < limit and rows[i] is not None:
+            out.append(rows[i][0])
+    keep = True
+    return out[1:limit] if keep else sorted(out, key=len)
+
+
+def unchanged(a, b):
+    total = a + b
+    total += 1
+    return total
+
+
+def label(n):
+    # [0] < 1 in a comment, and in a string: stay as they are
+    return "n[0] < 1"
+
+
+def spacer(a):
+    a += 1
+    a += 2
+    return a
+
+
+def documented():
+    """Says more: a hunk of docstrings and comments is never left out, since it runs nothing."""
+    return None
+'''
+
+
+def _mutants() -> list:
+    diff = patch.render("pkg/mod.py", BEFORE.encode(), AFTER.encode())
+    (fd,) = patch.parse(diff)
+    return list(mutants([Target(fd, BEFORE.encode())]))
+
+
+def test_each_kind_of_mutant_compiles_and_has_a_stable_id():
+    found = _mutants()
+    ids = [m.id for m in found]
+    assert len(set(ids)) == len(ids)
+    assert ids == [m.id for m in _mutants()]  # the same patch gives the same ids, in the same order
+    for kind in (":revert", ":cmp:", ":index:", ":const:", ":arg:"):
+        assert any(kind in i for i in ids), (kind, ids)
+    by_id = {m.id: m for m in found}
+    assert "if i <= limit and rows[i] is not None:" in by_id["h1:+1:cmp:<="].after.decode()
+    assert "out.append(rows[i][1])" in by_id["h1:+2:index:[0]+1"].after.decode()
+    assert "keep = False" in by_id["h1:+3:const:True>False"].after.decode()
+    assert "out[1:limit - 1]" in by_id["h1:+4:index:[1:limit]hi-1"].after.decode()
+    assert "sorted(key=len)" in by_id["h1:+4:arg:sorted:drop1"].after.decode()
+    assert "sorted(out)" in by_id["h1:+4:arg:sorted:dropkey"].after.decode()
+    assert '    return "n"\n' in by_id["h2:revert"].after.decode()
+    assert not any(i.startswith("h3:") for i in ids)  # the docstring's hunk
+    for m in found:
+        compile(m.after, m.path, "exec")
+        assert m.after != AFTER.encode()
+        assert patch.apply(m.diff, BEFORE.encode()) == m.after  # the mutated diff gives the mutant
+        assert "# [0] < 1 in a comment" in m.after.decode() or m.id == "h2:revert"
+        assert '"n[0] < 1"' in m.after.decode() or m.id == "h2:revert"
+
+
+def test_mutants_alternate_reverts_and_slips_over_the_hunks():
+    ids = [m.id for m in _mutants()]
+    assert ids[:4] == ["h1:revert", "h1:+1:cmp:<=", "h2:revert", ids[3]]
+    assert ids[3].startswith("h1:+")  # hunk 2 changes only a comment and a string: nothing to mutate there
+
+
+# f5 must return 55; this proof only checks that it returns at least 55, so 56 gets through.
+WEAK_PROOF = """
+from fixpack.proofkit import load_function
+
+
+def check(trees) -> None:
+    f5 = load_function(trees.vllm_gaudi / "vllm_gaudi/runner.py", "f5")
+    assert f5() >= 55, f"f5() returned {f5()}"
+"""
+
+
+def _pack(cookbook) -> None:
+    doubled = SAMPLER.replace("return x", "return x * 2")
+    cookbook.fix("doubling", {"vllm/sampler.py": (SAMPLER, doubled)}, proof=DOUBLING_PROOF)
+    fifty_five = RUNNER.replace("return 5\n", "return 55\n")
+    cookbook.fix("weak", {"vllm_gaudi/runner.py": (RUNNER, fifty_five)}, proof=WEAK_PROOF)
+    cookbook.fix("no-proof", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 9\n", "return 99\n"))})
+    cookbook.profile(["doubling", "weak", "no-proof"])
+    cookbook.lock()
+
+
+def test_verify_mutants_reports_a_survivor_until_it_is_explained(cli, cookbook):
+    _pack(cookbook)
+    r = cli("verify", "--json", "--mutants", *sources_args(cookbook))
+    assert r.exit_code == 1, r.output
+    out = json.loads(r.stdout)
+    assert set(out) == {"ok", "results", "mutants"} and not out["ok"]
+    mutants = out["mutants"]
+    assert {k: (v["caught"], v["total"]) for k, v in mutants.items()} == {
+        "doubling": (3, 3),
+        "weak": (2, 3),
+        "no-proof": (0, 0),
+    }
+    assert mutants["no-proof"]["skipped"] == "no proof"
+    (survivor,) = mutants["weak"]["survivors"]
+    assert survivor["id"] == "h1:+1:const:+1"
+    assert "-    return 55\n+    return 56\n" in survivor["diff"]
+    weak = next(v for v in out["results"] if v["fix"] == "weak")
+    assert weak["failures"] == ["mutant h1:+1:const:+1 survives: " + survivor["description"]]
+
+    human = cli("verify", "--mutants", *sources_args(cookbook))
+    assert human.exit_code == 1
+    assert "  weak      caught 2/3" in human.stdout
+    assert "      survives h1:+1:const:+1: vllm_gaudi/runner.py:22: return 55  ->  return 56" in human.stdout
+    assert "      | +    return 56" in human.stdout
+    assert "fixpack verify --mutants: 5/6 (83%) caught, 0 harmless (fix.toml), 1 survive unexplained" in human.stdout
+
+    why = "f5 only has to reach 55: 56 serves as well."
+    toml = cookbook.root / "fixes/weak/fix.toml"
+    toml.write_text(
+        toml.read_text()
+        + f'\n[[proof.harmless]]\nmutant = "h1:+1:const:+1"\nwhy = "{why}"\n'
+        + '\n[[proof.harmless]]\nmutant = "h1:+1:const:-1"\nwhy = "recorded before the proof caught it"\n'
+    )
+    r = cli("verify", "--json", "--mutants", *sources_args(cookbook))
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["ok"] and out["mutants"]["weak"]["survivors"] == []
+    explained = {"id": survivor["id"], "description": survivor["description"], "why": why}
+    assert out["mutants"]["weak"]["explained"] == [explained]
+    assert out["mutants"]["weak"]["unmatched_harmless"] == ["h1:+1:const:-1"]
+    assert "unmatched_harmless" not in out["mutants"]["doubling"]
+
+
+def test_verify_without_mutants_keeps_its_json(cli, cookbook):
+    _pack(cookbook)
+    r = cli("verify", "--json", *sources_args(cookbook))
+    assert r.exit_code == 0, r.output
+    assert set(json.loads(r.stdout)) == {"ok", "results"}
+
+
+def test_a_harmless_mutant_needs_a_reason(cli, cookbook):
+    _pack(cookbook)
+    toml = cookbook.root / "fixes/weak/fix.toml"
+    toml.write_text(toml.read_text() + '\n[[proof.harmless]]\nmutant = "h1:+1:const:+1"\nwhy = " "\n')
+    r = cli("verify", "--json", "--mutants", *sources_args(cookbook))
+    assert r.exit_code == 2
+    assert "each [[proof.harmless]] needs a why" in json.loads(r.stdout)["error"]
