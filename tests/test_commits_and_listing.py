@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from builders import SAMPLER, make_site
+from builders import BATCH, SAMPLER, make_site
 from click.testing import CliRunner
 
 from fixpack.cli import main
@@ -97,3 +97,15 @@ def test_profiles_lists_each_profile_with_its_pins(cli, cookbook):
     assert prof["name"] == "v0.26.0" and prof["pack"] == ["b"] and prof["opt_ins"] == ["b"]
     assert {p["dist"] for p in prof["pins"]} == {"vllm", "vllm-gaudi"}
     assert "v0.26.0  release v0.26.0: 1 fixes; opt-ins: b" in cli("profiles").stdout
+
+
+def test_list_and_show_with_a_site_say_each_fixs_state_there(cli, cookbook, site):
+    cookbook.fix("a", {"vllm/sampler.py": (SAMPLER, SAMPLER + "# a\n")})
+    cookbook.fix("b", {"vllm_gaudi/batch.py": (BATCH, BATCH + "# b\n")}, opt_in=True)
+    cookbook.profile(["a", "b"], opt_ins=["b"])
+    cookbook.lock()
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
+    r = cli("list", "--profile", "v0.26.0", "--site", str(site.path), "--json")
+    assert {f["id"]: f["state"] for f in json.loads(r.stdout)["fixes"]} == {"a": "applied", "b": "pending"}
+    assert "state" not in json.loads(cli("list", "--json").stdout)["fixes"][0]
+    assert cli("show", "b", "--site", str(site.path)).stdout.rstrip().endswith(f"in {site.path}: pending")

@@ -129,20 +129,33 @@ def revert(fixes: tuple[str, ...], dry_run: bool, as_json: bool, site: Path | No
 @SITE
 @guard(_list_error)
 def list_(profile: str | None, as_json: bool, site: Path | None) -> int:
-    """List the fixes (of one profile, in pack order)."""
+    """List the fixes (of one profile, in pack order); with --site, each one's state there."""
     book = catalog()
     if profile:
         fixes = [book.fixes[f] for f in book.profile(profile).pack]
     else:
         fixes = list(book.fixes.values())
+    states = _states(book, profile, site)
     if as_json:
-        render.dump({"profile": profile, "fixes": [render.fix_json(f) for f in fixes]})
+        rows = [{**render.fix_json(f), **({"state": states.get(f.id, "-")} if site else {})} for f in fixes]
+        render.dump({"profile": profile, "fixes": rows})
         return 0
     width = max((len(f.id) for f in fixes), default=0)
+    state_width = max((len(str(s)) for s in states.values()), default=0)
     for f in fixes:
         flag = "opt-in " if f.opt_in else "       "
-        print(f"{f.id:<{width}}  {flag}{f.title}")
+        state = f"{str(states.get(f.id, '-')):<{state_width}}  " if site else ""
+        print(f"{f.id:<{width}}  {state}{flag}{f.title}")
     return 0
+
+
+def _states(book: Any, profile: str | None, site: Path | None) -> dict[str, str]:
+    """Each fix's state in ``site`` (for the profile asked, or the one applied there); {} without one."""
+    if site is None:
+        return {}
+    from ..commands.status import status
+
+    return {fid: str(state) for fid, state in status(book, profile, site).fixes}
 
 
 @click.command()
@@ -150,8 +163,13 @@ def list_(profile: str | None, as_json: bool, site: Path | None) -> int:
 @SITE
 @guard(_list_error)
 def show(fix: str, site: Path | None) -> int:
-    """Show one fix: what, why, requirements, upstream status, proof, and its changes."""
-    render.show(catalog().fix(fix))
+    """Show one fix: what, why, requirements, upstream status, proof, and its changes; with
+    --site, its state there."""
+    book = catalog()
+    render.show(book.fix(fix))
+    if site is not None:
+        profile = next((p.name for p in book.profiles.values() if fix in p.pack), None)
+        print(f"\nin {site}: {_states(book, profile, site).get(fix, 'not in the profile applied there')}")
     return 0
 
 
