@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,13 @@ PROFILE_HELP = "The release profile (default: the cookbook's only profile)."
 @SOURCE
 @JSON
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML report.")
-@click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Proofs run at once.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=os.cpu_count() or 2,
+    show_default="the cores",
+    help="Proofs run at once.",
+)
 @click.option(
     "--mutants",
     "with_mutants",
@@ -259,7 +266,13 @@ def record(fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: 
     help="Write the ported changes of the fixes still needed and a draft profile.",
 )
 @click.option("--no-proofs", is_flag=True, help="Do not run the proofs: only say whether each change applies.")
-@click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Proofs run at once.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=os.cpu_count() or 2,
+    show_default="the cores",
+    help="Proofs run at once.",
+)
 @JSON
 @guard(_ok_error)
 def port(
