@@ -23,6 +23,7 @@ def snapshot(repo: Path, work: Path) -> Path:
     shutil.copytree(repo / "fixpack", engine / "fixpack", ignore=shutil.ignore_patterns("__pycache__"))
     (engine / "fixes").mkdir()
     shutil.copy2(repo / "fixes" / "apply_all.py", engine / "fixes" / "apply_all.py")
+    shutil.copy2(repo / "requirements.txt", engine / "requirements.txt")  # apply_all.py checks it
     return engine
 
 

@@ -14,18 +14,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 def requirements() -> dict[str, str]:
     """Module -> requirement, from the one list fixpack's pyproject.toml reads too. Each name is
     its import name; the one marker used there (python_version < "X.Y") is evaluated here."""
-    out = {}
-    with open(os.path.join(ROOT, "requirements.txt"), encoding="utf-8") as fh:
-        for line in fh:
-            spec, _, marker = line.split("#", 1)[0].strip().partition(";")
-            if not spec:
+    out: dict[str, str] = {}
+    try:
+        with open(os.path.join(ROOT, "requirements.txt"), encoding="utf-8") as fh:
+            lines = fh.readlines()
+    except OSError:  # a cookbook copied without it: the imports themselves will say what is missing
+        return out
+    for line in lines:
+        spec, _, marker = line.split("#", 1)[0].strip().partition(";")
+        if not spec:
+            continue
+        if marker.strip().startswith("python_version <"):
+            bound = tuple(int(x) for x in marker.split("<", 1)[1].strip(" \"'").split("."))
+            if sys.version_info[:2] >= bound:
                 continue
-            if marker.strip().startswith("python_version <"):
-                bound = tuple(int(x) for x in marker.split("<", 1)[1].strip(" \"'").split("."))
-                if sys.version_info[:2] >= bound:
-                    continue
-            name = spec.split(">", 1)[0].split("=", 1)[0].split("<", 1)[0].split("[", 1)[0].strip()
-            out[name] = spec.strip()
+        name = spec.split(">", 1)[0].split("=", 1)[0].split("<", 1)[0].split("[", 1)[0].strip()
+        out[name] = spec.strip()
     return out
 
 
