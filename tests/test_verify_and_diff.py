@@ -170,3 +170,27 @@ def test_lock_refuses_a_change_that_no_longer_applies(cli, cookbook):
     r = cli("lock", *sources_args(cookbook))
     assert r.exit_code == 1 and "runner-a" in r.stderr and "hunk #1" in r.stderr
     assert (cookbook.root / "fixes/runner-a/v0.26.0.lock.json").read_text() == before
+
+
+def test_mbox_carries_git_mime_headers_and_survives_a_mail_parser(cli, cookbook):
+    """A non-ASCII title and context line (the v0.26.0 pack has an em dash in one) read back intact."""
+    import mailbox
+
+    text = RUNNER.replace("def f5():\n", "def f5():  # résumé — kept\n")
+    (cookbook.sources["vllm-gaudi"] / "vllm_gaudi/runner.py").write_text(text)
+    cookbook.fix(
+        "em-dash", {"vllm_gaudi/runner.py": (text, text.replace("return 5\n", "return 55\n"))}, title="Fix f5 — naïvely"
+    )
+    cookbook.profile(["em-dash"])
+    cookbook.lock()
+    r = cli("diff", "em-dash", "--format", "mbox")
+    assert r.exit_code == 0
+    for header in ("MIME-Version: 1.0", "Content-Type: text/plain; charset=UTF-8", "Content-Transfer-Encoding: 8bit"):
+        assert header in r.stdout
+    path = cookbook.root / "x.mbox"
+    path.write_bytes(r.stdout.encode())
+    (message,) = mailbox.mbox(str(path))
+    from email.header import decode_header, make_header
+
+    assert str(make_header(decode_header(message["Subject"]))) == "[PATCH] Fix f5 — naïvely"
+    assert "# résumé — kept" in message.get_payload(decode=True).decode(message.get_content_charset())
