@@ -1,5 +1,5 @@
-"""What the commands share on the command line: options, the cookbook, and the guard that turns a
-fixpack error into one line (or the command's JSON error shape) and the contract's exit code."""
+"""The click options the commands share (``--site``, ``--json``, ``--source``) and the parsing of
+``--source DIST=DIR``."""
 
 from __future__ import annotations
 
