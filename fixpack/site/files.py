@@ -7,7 +7,31 @@ import contextlib
 import os
 from pathlib import Path
 
-__all__ = ["fsync_dir", "backup", "tmp_name", "atomic_write", "remove", "stale_bytecode", "remove_bytecode"]
+__all__ = [
+    "CrashCounter",
+    "fsync_dir",
+    "backup",
+    "tmp_name",
+    "atomic_write",
+    "remove",
+    "stale_bytecode",
+    "remove_bytecode",
+]
+
+
+class CrashCounter:
+    """Crash tests only: ``FIXPACK_CRASH_AFTER=N`` kills the process (``os._exit``, no clean-up)
+    right after its N-th durable write."""
+
+    def __init__(self) -> None:
+        raw = os.environ.get("FIXPACK_CRASH_AFTER", "")
+        self.limit = int(raw) if raw.isdigit() and int(raw) > 0 else None
+        self.count = 0
+
+    def wrote(self) -> None:
+        self.count += 1
+        if self.limit is not None and self.count >= self.limit:
+            os._exit(99)
 
 
 def fsync_dir(path: Path) -> None:

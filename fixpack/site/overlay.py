@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ..errors import EnvironmentProblem
 from . import confine, lock
-from .files import fsync_dir
+from .files import CrashCounter, fsync_dir
 from .layout import MANIFEST, STATE_DIR_NAME
 from .warm import exec_command
 
@@ -45,18 +45,6 @@ MODULES = f"{STATE_DIR_NAME}/modules"  # the patched modules, by repository path
 def activation(root: Path) -> str:
     """The one shell line that makes a process (and the processes it starts) use the overlay."""
     return f"export PYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}}"
-
-
-class _Counter:
-    def __init__(self) -> None:
-        raw = os.environ.get("FIXPACK_CRASH_AFTER", "")
-        self.limit = int(raw) if raw.isdigit() and int(raw) > 0 else None
-        self.count = 0
-
-    def wrote(self) -> None:
-        self.count += 1
-        if self.limit is not None and self.count >= self.limit:
-            os._exit(99)
 
 
 class Overlay:
@@ -146,7 +134,7 @@ class Overlay:
     def commit(self, files: dict[str, bytes]) -> None:
         """Build an overlay of ``files`` (path relative to DIR -> bytes) and swap it in."""
         self.check()
-        counter = _Counter()
+        counter = CrashCounter()
         parent = self.root.parent
         tmp = Path(tempfile.mkdtemp(prefix=f".{self.root.name}.fixpack-new-", dir=parent))
         try:
@@ -170,7 +158,7 @@ class Overlay:
             ) from None
         self._swap(tmp, counter)
 
-    def _swap(self, new: Path | None, counter: _Counter) -> None:
+    def _swap(self, new: Path | None, counter: CrashCounter) -> None:
         old = None
         if self.root.exists():
             old = self.root.parent / f".{self.root.name}.fixpack-old-{os.getpid()}-{secrets.token_hex(4)}"
@@ -197,4 +185,4 @@ class Overlay:
         if not self.root.exists():
             return
         self.check()
-        self._swap(None, _Counter())
+        self._swap(None, CrashCounter())

@@ -32,7 +32,7 @@ from pathlib import Path
 from ..core.fingerprint import sha256
 from ..errors import EnvironmentProblem
 from . import confine, files
-from .files import atomic_write, fsync_dir, remove, remove_bytecode, stale_bytecode, tmp_name
+from .files import CrashCounter, atomic_write, fsync_dir, remove, remove_bytecode, stale_bytecode, tmp_name
 from .layout import JOURNAL, JOURNAL_INDEX
 from .lock import locked
 
@@ -62,18 +62,6 @@ class _Entry:
 
     def to_json(self) -> dict[str, str | None]:
         return {"root": self.root, "path": self.path, "old": self.old, "new": self.new, "backup": self.backup}
-
-
-class _Counter:
-    def __init__(self) -> None:
-        raw = os.environ.get("FIXPACK_CRASH_AFTER", "")
-        self.limit = int(raw) if raw.isdigit() and int(raw) > 0 else None
-        self.count = 0
-
-    def wrote(self) -> None:
-        self.count += 1
-        if self.limit is not None and self.count >= self.limit:
-            os._exit(99)
 
 
 def way_out(state_dir: Path) -> str:
@@ -143,7 +131,7 @@ def commit(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None
 
     A write that fails (a full disk, a file that cannot be removed) rolls back what was done
     before it, at once; a rollback that cannot finish keeps the journal for the next run."""
-    counter = _Counter()
+    counter = CrashCounter()
     try:
         _commit(state_dir, writes, roots, counter)
     except OSError as exc:
@@ -154,7 +142,7 @@ def commit(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None
         raise EnvironmentProblem(f"writing failed, everything was put back: {exc}") from None
 
 
-def _commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], counter: _Counter) -> None:
+def _commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], counter: CrashCounter) -> None:
     journal = state_dir / JOURNAL
     journal.mkdir(parents=True, exist_ok=True)
     entries = []
@@ -254,10 +242,10 @@ def recover(state_dir: Path, roots: dict[str, Path]) -> bool:
     """Undo a transaction that died part way. Returns True if there was one. Caller holds the lock.
 
     EnvironmentProblem (exit 3), the site left as it is, when the journal cannot be trusted."""
-    return _recover(state_dir, roots, _Counter())
+    return _recover(state_dir, roots, CrashCounter())
 
 
-def _recover(state_dir: Path, roots: dict[str, Path], counter: _Counter) -> bool:
+def _recover(state_dir: Path, roots: dict[str, Path], counter: CrashCounter) -> bool:
     journal = _state_folders(state_dir)
     if not journal.is_dir():
         return False
