@@ -12,6 +12,9 @@ Runs, on CPU, the tree's real code of a compact-GDN hybrid (two GDN groups and o
 - the post-forward statement of ``HPUModelRunner.sample_tokens`` that saves checkpoints (absent on
   the stock tree), and the tree's ``vllm_gaudi/v1/worker/hpu_gdn_prefix_cache.py`` if it exists.
 
+Also: ``GDNPrefixCache`` is the class the runner module's own imports bind (what its methods look up
+at run time), and compact GDN without prefix caching still runs its steps (no prefix cache built).
+
 The bug: a request with a prefix-cache hit starts from its compact slot, which holds whatever its
 previous owner (or the request itself, after preemption) left there; nothing ever stores a state at
 the block the scheduler hands out as the hit.
@@ -262,6 +265,12 @@ def check(trees: Trees) -> None:
         SamplingType=types.SimpleNamespace(RANDOM_SEED=object()),
         get_pp_group=lambda: types.SimpleNamespace(is_last_rank=True), VllmModelForPooling=object)
     if prefix_cache is not None:
+        # The class the runner module's own imports bind to that name (what initialize_kv_cache and
+        # __init__'s annotation look up when they run); without such an import they raise NameError.
+        imported = _runner_imports(runner_py).get("GDNPrefixCache")
+        if imported != MODULE[:-3].replace("/", "."):
+            raise NameError(f"hpu_model_runner.py binds GDNPrefixCache from {imported!r}, not from {MODULE}: "
+                            "HPUModelRunner.__init__ and initialize_kv_cache raise NameError")
         ns["GDNPrefixCache"] = prefix_cache.GDNPrefixCache
 
     cache_config = types.SimpleNamespace(block_size=BLOCK, mamba_block_size=BLOCK, mamba_cache_mode="align",
@@ -467,9 +476,53 @@ def check(trees: Trees) -> None:
     touched_slots, touched_blocks = changed(before)
     assert touched_slots <= {slot("B", g) for g in range(2)} and not touched_blocks, "step 9 touched other state"
 
+    # Compact GDN without prefix caching (the default for GDN models): no prefix cache is built, and
+    # the steps run as before (new requests, the post-forward hooks).
+    _without_prefix_caching(root, ns, hook_code, get_shape)
+
     # Start-up: prefix caching for a GDN model without compact slots is refused, since this change
     # serves compact slots only (the non-compact GDN layers read and write one state index).
     _start_up(root)
+
+
+def _runner_imports(runner_py: Path) -> dict[str, str | None]:
+    """name -> module, for the names the runner module binds with ``from MODULE import name``."""
+    out: dict[str, str | None] = {}
+    for node in ast.parse(runner_py.read_text(encoding="utf-8")).body:
+        for sub in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+            if isinstance(sub, ast.ImportFrom):
+                out.update({a.asname or a.name: sub.module for a in sub.names})
+    return out
+
+
+def _without_prefix_caching(root: Path, ns: dict[str, Any], hook_code: Any, get_shape: Any) -> None:
+    runner_py = root / RUNNER
+    cache_config = types.SimpleNamespace(block_size=BLOCK, mamba_block_size=BLOCK, mamba_cache_mode="align",
+                                         enable_prefix_caching=False, prefix_match_unit=None)
+    runner = initialize_kv_cache_runner(
+        max_num_seqs=MAX_REQS, num_gdn=4, num_groups=3, kernel_block=KERNEL_BLOCK, get_kv_cache_shape=get_shape,
+        cache_config=cache_config, use_prefix_caching=False, vllm_config_attrs={"speculative_config": None},
+        requests={}, input_batch=InputBatch(), encoder_cache={}, uses_mrope=False, use_async_scheduling=False,
+    )
+    runner.__dict__["_get_attention_group_id_for_hybrid"] = types.MethodType(
+        load_function(runner_py, "HPUModelRunner._get_attention_group_id_for_hybrid", ns), runner)
+    load_function(runner_py, "HPUModelRunner.initialize_kv_cache", ns)(runner, _kv_cache_config())
+    assert runner.__dict__.get("_gdn_prefix_cache") is None, "a GDN prefix cache was built without prefix caching"
+    update_states = load_function(runner_py, "HPUModelRunner._update_states", ns)
+    tok_a, tok_c = list(range(100, 201)), list(range(400, 430))
+    steps = [
+        _step([_new_req("A", tok_a, 0, [[5], [6], [7]]), _new_req("C", tok_c, 0, [[1], [2], [3]])],
+              _cached([], set()), {"A": BLOCK, "C": 30}, set(), [7, 3]),
+        _step([], _cached([("A", 48, [[11], [12], [10]])], set()), {"A": BLOCK}, {"C"}, [10]),
+    ]
+    for n, so in enumerate(steps, 1):
+        try:
+            update_states(runner, so)
+            exec(hook_code, {}, {"self": runner, "scheduler_output": so})
+        except AttributeError as exc:
+            raise AssertionError(f"compact GDN without prefix caching: step {n} fails: {exc!r}") from exc
+    assert sorted(runner._gdn_req_to_base_slot) == ["A"], (
+        f"compact GDN without prefix caching: slots {runner._gdn_req_to_base_slot} after C finished")
 
 
 def _start_up(root: Path) -> None:

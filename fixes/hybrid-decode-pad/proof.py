@@ -9,6 +9,9 @@ with vLLM's real ``BlockTable.map_to_kernel_blocks``.
 
 The bug: the pad block id is the scheduler-block count, but the attention cache is indexed by
 kernel blocks, so the padding rows land in a live kernel block and overwrite a request's K/V.
+
+Also run: initialize_kv_cache for an attention-only model (the non-hybrid path), whose pad block
+must stay the spare block num_blocks.
 """
 
 from __future__ import annotations
@@ -66,6 +69,30 @@ def _kernel_block_ids(trees: Trees, scheduler_blocks: list[int]) -> list[int]:
     return (ids.reshape(-1, 1) * BPK + arange).reshape(-1).tolist()
 
 
+def _check_attention_only(runner_py: Any, get_kv_cache_shape: Any) -> None:
+    """A model with attention only (no block splitting): the pad block is still the spare block at
+    the end of the cache, num_blocks."""
+    ns, bound = initialize_kv_cache_globals([KERNEL_BLOCK], F=F, replace=None, pad_sequence=pad_sequence)
+    runner = initialize_kv_cache_runner(
+        max_num_seqs=4, num_gdn=0, num_groups=1, kernel_block=KERNEL_BLOCK, get_kv_cache_shape=get_kv_cache_shape,
+        cache_config=types.SimpleNamespace(block_size=KERNEL_BLOCK), use_prefix_caching=False,
+        use_hybrid_cache=False, model_config=types.SimpleNamespace(use_mla=False))
+    attn = FullAttentionSpec(KERNEL_BLOCK, HEADS, HEAD_SIZE, torch.bfloat16)
+    config = types.SimpleNamespace(
+        num_blocks=NUM_BLOCKS,
+        kv_cache_groups=[types.SimpleNamespace(kv_cache_spec=attn, layer_names=["layers.0.self_attn.attn"])],
+        kv_cache_tensors=[types.SimpleNamespace(size=NUM_BLOCKS * attn.page_size_bytes,
+                                                shared_by=["layers.0.self_attn.attn"])],
+    )
+    initialize_kv_cache = load_function(runner_py, "HPUModelRunner.initialize_kv_cache", ns)
+    initialize_kv_cache(runner, config)
+    blocks = bound["layers.0.self_attn.attn"][0].shape[0] // KERNEL_BLOCK
+    assert blocks == NUM_BLOCKS + 1, f"attention-only model: unexpected cache of {blocks} blocks"
+    assert (runner._PAD_BLOCK_ID, runner._PAD_SLOT_ID) == (NUM_BLOCKS, NUM_BLOCKS * KERNEL_BLOCK), (
+        f"attention-only model: pad block {runner._PAD_BLOCK_ID!r}, pad slot {runner._PAD_SLOT_ID!r}; the spare "
+        f"block is {NUM_BLOCKS} (slot {NUM_BLOCKS * KERNEL_BLOCK})")
+
+
 def check(trees: Trees) -> None:
     assert trees.vllm_gaudi is not None, "needs the vllm-gaudi tree"
     runner_py = trees.vllm_gaudi / RUNNER
@@ -88,6 +115,8 @@ def check(trees: Trees) -> None:
         return kwargs
 
     ns["HPUAttentionMetadataV1"] = types.SimpleNamespace(make_decode_metadata=make_decode_metadata)
+
+    _check_attention_only(runner_py, get_kv_cache_shape)
 
     runner = initialize_kv_cache_runner(
         max_num_seqs=4, num_gdn=1, num_groups=2, kernel_block=KERNEL_BLOCK, get_kv_cache_shape=get_kv_cache_shape,

@@ -9,14 +9,17 @@ stand-in: it records the logits it is given (the processed logits) and returns t
 
 The HPU runner samples each forward pass separately: a call has only the rows of its requests, in
 call order, padded with repeats of its first request.
+A finished request's sampling parameters must be freed with it (the batch keeps nothing of it).
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import gc
 import math
 import sys
+import weakref
 from types import SimpleNamespace
 from typing import Any
 
@@ -140,3 +143,10 @@ def check(trees: Trees) -> None:
     batch.add_request(reqs["N"], index)
     _check(sampler, batch, reqs, ["C", "N", "M"], {**EXPECTED, "C": _row(), "N": _row(bias={3: 50.0})},
            "after N was resubmitted with a logit_bias")
+    # B finished two calls ago: the batch keeps nothing of it (a long-running server adds and
+    # removes requests for ever), so its sampling parameters are freed with the request.
+    finished = weakref.ref(reqs.pop("B").sampling_params)
+    gc.collect()
+    assert finished() is None, (
+        "the batch still holds the sampling parameters of finished request B: every finished request's "
+        "parameters and prompt stay in memory")

@@ -32,6 +32,8 @@ VOCAB_SIZE = len(VOCAB)  # 7 and up are past the vocabulary (e.g. padded logits 
 class ByteLevelTokenizer:
     """decode() as a fast (Rust) tokenizer does it, without a model download."""
 
+    vocab = VOCAB
+
     def __len__(self) -> int:
         return VOCAB_SIZE
 
@@ -39,7 +41,13 @@ class ByteLevelTokenizer:
         for i in ids:
             if not 0 <= i < 2**32:
                 raise OverflowError("out of range integral type conversion attempted")
-        return b"".join(VOCAB.get(i, b"") for i in ids).decode("utf-8", errors="replace")
+        return b"".join(self.vocab.get(i, b"") for i in ids).decode("utf-8", errors="replace")
+
+
+class LeadByteZeroTokenizer(ByteLevelTokenizer):
+    """Id 0 is a real token too: here the lead byte of "é" (ids 0 and 5 swapped)."""
+
+    vocab = {**VOCAB, 0: b"\xc3", 5: b"<s>"}
 
 
 class MetaspaceTokenizer(ByteLevelTokenizer):
@@ -99,13 +107,42 @@ def check(trees: Trees) -> None:
     for tok in (ByteLevelTokenizer(), MetaspaceTokenizer()):
         kind = type(tok).__name__
         got = _run(
-            f"convert_ids_list_to_tokens({kind}, [1, -1, 2**32, 2, 7])",
-            lambda tok=tok: du.convert_ids_list_to_tokens(tok, [1, -1, 2**32, 2, 7]),
+            f"convert_ids_list_to_tokens({kind}, [0, 1, -1, 2**32, 2, 7])",
+            lambda tok=tok: du.convert_ids_list_to_tokens(tok, [0, 1, -1, 2**32, 2, 7]),
         )
-        assert got == ["hello", "", "", " world", ""], f"{kind}: decoded {got}"
+        # Id 0 is in the vocabulary: it decodes as itself, not as an out-of-vocab id.
+        assert got == ["<s>", "hello", "", "", " world", ""], f"{kind}: decoded {got}"
 
     for flat in (False, True):
         _check_processor(engine_lp.LogprobsProcessor, lp, flat)
+        _check_zero_context(engine_lp.LogprobsProcessor, lp, flat)
+
+
+def _check_zero_context(processor_cls: Any, lp: ModuleType, flat: bool) -> None:
+    """A sampled id 0 stays in the UTF-8 correction's context: "é" split as ids 0 and 6, with a
+    bad id among the top-k, still decodes to "é" at the second position."""
+    kind = "FlatLogprobs" if flat else "list"
+    rows = [[0, 1, -1], [6, 3, 2**32]]
+    new_logprobs = (
+        [np.array(r, dtype=np.int64) for r in rows],
+        [np.array([-0.5, -1.0, -2.0]) for _ in rows],
+        [np.array([1, 2, 3]) for _ in rows],
+        None,
+    )
+    proc = processor_cls(
+        tokenizer=LeadByteZeroTokenizer(),
+        logprobs=lp.create_sample_logprobs(flat),
+        prompt_logprobs=None,
+        cumulative_logprob=0.0,
+        num_logprobs=2,
+        num_prompt_logprobs=None,
+    )
+    output = SimpleNamespace(new_logprobs=new_logprobs, new_prompt_logprobs_tensors=None)
+    _run(f"sample logprobs ({kind}) with sampled id 0", lambda: proc.update_from_output(output))
+    assert _decoded(proc.logprobs) == [
+        [(0, ""), (1, "hello"), (-1, "")],
+        [(6, "é"), (3, "!"), (2**32, "")],
+    ], f"sample logprobs ({kind}) after sampled id 0 decoded as {_decoded(proc.logprobs)}"
 
 
 def _check_processor(processor_cls: Any, lp: ModuleType, flat: bool) -> None:

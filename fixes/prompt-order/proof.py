@@ -10,6 +10,8 @@ Scene (block size 16): A is a running chunked prefill (64-token prompt, 32 compu
 this step it writes blocks 12 and 13. B is a new request whose prompt starts with A's first 48
 tokens; the scheduler (A scheduled first, B after) gave it a 48-token prefix hit on blocks 10, 11,
 12. B fills the hole a finished request left at index 2, behind A at index 0, with decodes at 1, 3.
+The scene is run again with A a new request as well (0 computed, 64 scheduled): then only B,
+the reader, has context, and it is the first prefill of the batch's prefill region.
 """
 
 from __future__ import annotations
@@ -126,12 +128,19 @@ def load_runner(trees: Trees, ib: types.ModuleType) -> tuple[type, Any]:
 def check(trees: Trees) -> None:
     ib = load_input_batch(trees)
     runner_cls, _ = load_runner(trees, ib)
+    _scene(ib, runner_cls, a_computed=32)
+    # The same with A a new request too (no context: it writes blocks 10-13 from its first token):
+    # only B, the reader, has context, and it comes first in the prefill region.
+    _scene(ib, runner_cls, a_computed=0)
+
+
+def _scene(ib: types.ModuleType, runner_cls: type, a_computed: int) -> None:
     batch = make_batch(ib)
     greedy = SamplingParams(temperature=0.0)
     prompt_a = [i % VOCAB for i in range(64)]
     prompt_b = prompt_a[:48] + [7] * 8
     reqs = {
-        "A": make_request(ib, "A", greedy, prompt_a, num_computed=32, blocks=[10, 11, 12, 13]),
+        "A": make_request(ib, "A", greedy, prompt_a, num_computed=a_computed, blocks=[10, 11, 12, 13]),
         "D1": make_request(ib, "D1", greedy, [3] * 16, [5], num_computed=16, blocks=[30, 31]),
         "X": make_request(ib, "X", greedy, [4] * 16, [6], num_computed=16, blocks=[35, 36]),
         "D2": make_request(ib, "D2", greedy, [2] * 16, [5], num_computed=16, blocks=[40, 41]),
@@ -144,7 +153,7 @@ def check(trees: Trees) -> None:
     batch.add_request(reqs["B"], hole)
     batch.refresh_sampling_metadata()
     # Scheduling order: running requests (D1, A, D2), then the new request B.
-    scheduled = {"D1": 1, "A": 32, "D2": 1, "B": 8}
+    scheduled = {"D1": 1, "A": 64 - a_computed, "D2": 1, "B": 8}
     sched = SimpleNamespace(num_scheduled_tokens=scheduled, total_num_scheduled_tokens=sum(scheduled.values()),
                             scheduled_spec_decode_tokens={}, kv_connector_metadata=None, finished_req_ids=set())
 
@@ -187,5 +196,6 @@ def check(trees: Trees) -> None:
             j, writer = writes[b]
             raise AssertionError(
                 f"prefill forward pass {k} ({rid}) reads prefix-cache block {b} before pass {j} ({writer}) "
-                f"writes it in the same step; scheduling order {list(scheduled)}, forward passes {order}")
-    assert order == [["A"], ["B"]], f"expected forward passes [['A'], ['B']], got {order}"
+                f"writes it in the same step (A with {a_computed} computed tokens); "
+                f"scheduling order {list(scheduled)}, forward passes {order}")
+    assert order == [["A"], ["B"]], f"A with {a_computed} computed: expected forward passes [['A'], ['B']], got {order}"

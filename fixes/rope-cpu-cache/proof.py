@@ -28,6 +28,7 @@ Whether Gaudi's real fp32 trig is wrong exactly this way needs a Gaudi.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import sys
@@ -250,6 +251,25 @@ def check(trees: Any) -> None:
     worst = err.max().item()
     if worst > bound:
         problems.append(f"Qwen3.5 table, positions >= 196608: off from fp64 by {worst:.3e} > {bound:.3e}")
+
+    # 3. The method keeps its signature: Phi3LongRoPE's _compute_cos_sin_cache(max_position_embeddings,
+    #    rescale_factors, mscale) called with keywords, as a subclass or a model may call it, builds the
+    #    same table as called with positions.
+    #    Both with the HPU and with the CPU as the default device.
+    for where, mode in (("HPU", _EmulatedHpu), ("CPU", contextlib.nullcontext)):
+        with mode():
+            phi3 = _variants(rope, hpu)["HPUPhi3LongRoPEScaledRotaryEmbedding"]()
+            by_position = phi3._compute_cos_sin_cache(4096, [1.0] * 16, 1.5)
+            try:
+                by_keyword = phi3._compute_cos_sin_cache(max_position_embeddings=4096, rescale_factors=[1.0] * 16,
+                                                         mscale=1.5)
+            except TypeError as exc:
+                problems.append(f"{where} default device: Phi3LongRoPE _compute_cos_sin_cache called with keyword "
+                                f"arguments fails: {exc}")
+                continue
+        if not torch.equal(_plain(by_keyword), _plain(by_position)):
+            problems.append(f"{where} default device: Phi3LongRoPE _compute_cos_sin_cache gives another table "
+                            "with keyword arguments")
 
     if problems:
         raise AssertionError("RoPE tables of a model built on the HPU are not accurate:\n  " + "\n  ".join(problems))

@@ -8,6 +8,8 @@ P is a chunked prompt and Q a decode; HPUModelRunner._ensure_decodes_first() swa
 swap_states(0, 1) to put the decode first. Case 1: a step with no added or removed request, so the
 runner passes skip_copy=True. Case 2: a step that did add requests (skip_copy=False): only the rows
 sampled in that call are copied, and the next step (skip_copy=True) samples the other one.
+Case 3: the full copy the fix adds is made once per reorder, not on every sampling call, and a
+second reorder after it is copied again. Case 4: a new batch samples without a full copy.
 """
 
 from __future__ import annotations
@@ -74,3 +76,39 @@ def check(trees: Trees) -> None:
     _expect(md, 0, "Q", Q_PARAMS, Q_PROMPT, "decode call in the step that reordered (skip_copy=False)")
     md = batch.make_selective_sampling_metadata([("P", reqs["P"].output_token_ids)], skip_copy=True)
     _expect(md, 0, "P", P_PARAMS, P_PROMPT, "next step, row not sampled in the reordering step (skip_copy=True)")
+
+    # Case 3: a full copy is made only when rows were swapped since the last one (the device rows
+    # are otherwise up to date, and a full copy every sampling call is a host-to-device copy of
+    # every row each step), and a second swap after that copy is refreshed again.
+    batch, reqs = _setup(ib)
+    refreshes = _count_refreshes(batch)
+    batch.make_selective_sampling_metadata([("P", reqs["P"].output_token_ids)], skip_copy=True)
+    assert refreshes == [], "a sampling call with no swap since the last full copy made another full copy"
+    batch.swap_states(0, 1)
+    batch.make_selective_sampling_metadata([("Q", reqs["Q"].output_token_ids)], skip_copy=True)
+    md = batch.make_selective_sampling_metadata([("P", reqs["P"].output_token_ids)], skip_copy=True)
+    _expect(md, 0, "P", P_PARAMS, P_PROMPT, "second call after one reorder (skip_copy=True)")
+    assert len(refreshes) == 1, f"one reorder, two sampling calls: {len(refreshes)} full copies, expected 1"
+    batch.swap_states(0, 1)  # a second reorder, after the refresh: [Q, P] -> [P, Q]
+    md = batch.make_selective_sampling_metadata([("Q", reqs["Q"].output_token_ids)], skip_copy=True)
+    _expect(md, 0, "Q", Q_PARAMS, Q_PROMPT, "decode call after a second reorder (skip_copy=True)")
+    assert len(refreshes) == 2, f"two reorders: {len(refreshes)} full copies, expected 2"
+
+    # Case 4: a batch as its constructor leaves it (no swap, no refresh yet) samples without a copy.
+    batch = make_batch(ib)
+    refreshes = _count_refreshes(batch)
+    batch.make_selective_sampling_metadata([], skip_copy=True)
+    assert refreshes == [], "a new batch, never reordered, made a full copy on its first sampling call"
+
+
+def _count_refreshes(batch: Any) -> list[None]:
+    """Record each full CPU -> device copy (refresh_sampling_metadata) the batch makes from now on."""
+    calls: list[None] = []
+    refresh = batch.refresh_sampling_metadata
+
+    def counted() -> None:
+        calls.append(None)
+        refresh()
+
+    batch.refresh_sampling_metadata = counted
+    return calls

@@ -208,25 +208,33 @@ def check(trees: Trees) -> None:
 
     # b. On the CPU, with the runner's generators: the same noise and samples as vLLM's stock CPU
     #    random_sample with CPU generators of the same seeds.
+    #    fp64=None: the argument left out, as a caller relying on random_sample's default does.
+    #    The global RNG must also be left as vLLM leaves it: with every row seeded, no unseeded
+    #    draw is made (it would shift the noise of later unseeded requests under a global seed).
     for seeds in (_SEEDS, _ALL_SEEDS):
-        for fp64 in (False, True):
+        for fp64 in (False, True, None):
             recorded.clear()
+            extra = () if fp64 is None else (fp64,)
             cpu_gens = {r: torch.Generator().manual_seed(s) for r, s in seeds.items() if s is not None}
             torch.manual_seed(0)
-            want = stock(_probs(4, "cpu"), cpu_gens, fp64)
+            want = stock(_probs(4, "cpu"), cpu_gens, *extra)
+            rng_want = torch.get_rng_state()
             gens = _runner_generators(ib, runner_cls, seeds)
             torch.manual_seed(0)
             try:
                 with _EmulatedHpu():
-                    got = sample(_probs(4, "cpu"), gens, fp64)
+                    got = sample(_probs(4, "cpu"), gens, *extra)
             except _DeviceFailure as exc:
                 problems.append(f"seeds {seeds}, fp64={fp64}: sampling fails with the runner's generators: {exc}")
                 continue
             q_want, q_got = recorded
             rows = [r for r in range(4) if not torch.equal(q_want[r], q_got[r])]
-            if rows or not torch.equal(want, got):
-                problems.append(f"seeds {seeds}, fp64={fp64}: noise differs from vLLM's CPU sampling in rows {rows}, "
-                                f"samples {got.tolist()} != {want.tolist()}")
+            if rows or not torch.equal(want, got) or q_want.dtype != q_got.dtype:
+                problems.append(f"seeds {seeds}, fp64={fp64}: noise differs from vLLM's CPU sampling in rows {rows} "
+                                f"({q_got.dtype} vs {q_want.dtype}), samples {got.tolist()} != {want.tolist()}")
+            if not torch.equal(torch.get_rng_state(), rng_want):
+                problems.append(f"seeds {seeds}, fp64={fp64}: the global RNG advanced differently from vLLM's CPU "
+                                "sampling (an unseeded draw vLLM does not make, or a missing one)")
 
     if problems:
         raise AssertionError("seeded sampling on HPU:\n  " + "\n  ".join(dict.fromkeys(problems)))

@@ -7,10 +7,13 @@ Runs the tree's real ``HPUModelRunner.sample_tokens`` (with its real ``_run_samp
 prompts and a grammar. The model, the input preparation and the sampler are stand-ins: each logits
 row says which request it belongs to, ``make_selective_sampling_metadata`` builds one metadata row
 per request id it is given, in that order, as the real one does, and the sampler compares the two.
+sample_tokens then goes on until it copies the batch's request ids; by then the call's logprobs
+rows must be recorded with the request ids of its logits rows.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -35,7 +38,23 @@ PROMPT_LEN = 3
 
 
 class _Stop(Exception):
-    """Raised by the stand-in sampler once it has seen the structured-output call."""
+    """Raised once sample_tokens has recorded the structured-output call's logprobs rows."""
+
+
+LOGPROBS = SimpleNamespace(name="the structured-output call's logprobs tensors")
+
+
+class _StopAtCopy(list):
+    """The batch's req_ids: sample_tokens copies them after its sampling calls; the copy records
+    the logprobs segments sample_tokens has built (its local ``logprobs_segments``) and stops it."""
+
+    def __init__(self, items: list, call: dict[str, Any]) -> None:
+        super().__init__(items)
+        self.call = call
+
+    def copy(self) -> list:
+        self.call["logprobs_segments"] = sys._getframe(1).f_locals.get("logprobs_segments")
+        raise _Stop
 
 
 def _make_runner(path: Path) -> tuple[RunnerStandIn, list[dict[str, Any]]]:
@@ -96,14 +115,18 @@ def _make_runner(path: Path) -> tuple[RunnerStandIn, list[dict[str, Any]]]:
 
     runner._execute_model_generic = execute_model_generic
 
-    def sampler(logits: torch.Tensor, sampling_metadata: SimpleNamespace) -> None:
+    def sampler(logits: torch.Tensor, sampling_metadata: SimpleNamespace) -> SimpleNamespace:
         owner = {code: rid for rid, code in CODE.items()}
+        codes = logits.argmax(dim=-1)
         calls.append({
-            "logits_rows": [owner.get(int(c), "padding") for c in logits.argmax(dim=-1)],
+            "logits_rows": [owner.get(int(c), "padding") for c in codes],
             "metadata_rows": list(sampling_metadata.req_ids),
             "temperature": sampling_metadata.temperature.tolist(),
         })
-        raise _Stop
+        # sample_tokens goes on to record the call's logprobs rows with their request ids; it is
+        # stopped where it next copies the batch's request ids, after that (_StopAtCopy).
+        runner.input_batch.req_ids = _StopAtCopy(runner.input_batch.req_ids, calls[-1])
+        return SimpleNamespace(sampled_token_ids=codes.view(-1, 1), logprobs_tensors=LOGPROBS)
 
     runner.sampler = sampler
     return runner, calls
@@ -131,3 +154,11 @@ def check(trees: Trees) -> None:
     assert not wrong and len(metadata_rows) == len(logits_rows), (
         "structured-output step samples each row with another request's sampling metadata; logits rows "
         f"{logits_rows}, metadata rows {metadata_rows}: " + "; ".join(wrong))
+    # The call's logprobs rows are its logits rows: they are attributed to the same request ids.
+    segments = call.get("logprobs_segments")
+    if segments is None:
+        raise RuntimeError("sample_tokens did not reach its copy of the batch's request ids")
+    got = [(list(ids), lp) for ids, lp in segments if lp is LOGPROBS]
+    assert got == [(logits_rows, LOGPROBS)], (
+        f"structured-output step attributes its logprobs rows to {[ids for ids, _ in got]}, "
+        f"its logits rows are {logits_rows}")
