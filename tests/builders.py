@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -230,3 +231,35 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
 RUNNER = PRISTINE["vllm-gaudi"]["vllm_gaudi/runner.py"]
 SAMPLER = PRISTINE["vllm"]["vllm/sampler.py"]
 BATCH = PRISTINE["vllm-gaudi"]["vllm_gaudi/batch.py"]
+
+
+def in_child_as(uid: int, work: Callable[[], int]) -> tuple[int, str]:
+    """Run ``work`` in a forked child that is ``uid`` (gid too, no other groups), so that the
+    kernel, not os.access, decides what it may read and write; returns (its exit code, its stdout
+    and stderr). Forked rather than started: this interpreter may live where that user cannot read."""
+    import io
+    import traceback
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            os.close(read)
+            sys.stdout = sys.stderr = io.TextIOWrapper(os.fdopen(write, "wb"), line_buffering=True)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            code = work()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        output = fh.read()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), output

@@ -5,18 +5,15 @@ the lock's settings and its waiting notice."""
 from __future__ import annotations
 
 import fcntl
-import io
 import os
 import py_compile
 import shutil
 import subprocess
-import sys
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from builders import Cookbook, Site, make_site, run_cli
+from builders import Cookbook, Site, in_child_as, make_site, run_cli
 from test_hardening_paths import APPLY, env_of, one_line_error
 from test_transaction import targets, three_fixes
 
@@ -57,35 +54,15 @@ def shared(tmp_path: Path, pristine_sources: dict[str, Path]) -> Iterator[tuple[
 
 
 def as_nobody(book: Cookbook, *args: str) -> tuple[int, str]:
-    """Run ``fixpack ARGS`` in a child process that is uid/gid 65534, with no other groups: the
-    kernel, not os.access, decides what it may write. Returns (exit code, stdout + stderr)."""
+    """Run ``fixpack ARGS`` as uid/gid 65534. Returns (exit code, stdout + stderr)."""
     from fixpack.cli import main
 
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 70
-        try:
-            os.close(read)
-            sys.stdout = sys.stderr = io.TextIOWrapper(os.fdopen(write, "wb"), line_buffering=True)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            os.environ["FIXPACK_COOKBOOK"] = str(book.root)
-            try:
-                main.main(args=list(args), prog_name="fixpack")
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read) as fh:
-        output = fh.read()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), output
+    def work() -> int:
+        os.environ["FIXPACK_COOKBOOK"] = str(book.root)
+        main.main(args=list(args), prog_name="fixpack")
+        return 0
+
+    return in_child_as(NOBODY, work)
 
 
 def warm_imports(book: Cookbook, site: Site, monkeypatch) -> None:

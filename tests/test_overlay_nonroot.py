@@ -4,12 +4,10 @@ site's bytes stay as they were, and that user's processes import the patched cod
 
 from __future__ import annotations
 
-import io
 import os
 import sys
-import traceback
 
-from builders import Site
+from builders import Site, in_child_as
 from test_hardening_commit import APPLY, NOBODY, as_nobody, needs_root, shared, warm_imports  # noqa: F401
 
 
@@ -28,35 +26,18 @@ def import_as_nobody(overlay: str, site: Site) -> tuple[int, str]:
     import json  # noqa: F401
     import logging  # noqa: F401
 
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 70
-        try:
-            os.close(read)
-            sys.stdout = sys.stderr = io.TextIOWrapper(os.fdopen(write, "wb"), line_buffering=True)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            sys.path[:0] = [overlay, str(site.path)]
-            spec = importlib.util.spec_from_file_location("sitecustomize", os.path.join(overlay, "sitecustomize.py"))
-            hook = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(hook)
-            import vllm.executor as executor
-            import vllm_gaudi.runner as runner
+    def work() -> int:
+        sys.path[:0] = [overlay, str(site.path)]
+        spec = importlib.util.spec_from_file_location("sitecustomize", os.path.join(overlay, "sitecustomize.py"))
+        hook = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(hook)
+        import vllm.executor as executor
+        import vllm_gaudi.runner as runner
 
-            print(runner.f2(), runner.__file__, executor.__file__)
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read) as fh:
-        output = fh.read()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), output
+        print(runner.f2(), runner.__file__, executor.__file__)
+        return 0
+
+    return in_child_as(NOBODY, work)
 
 
 @needs_root
