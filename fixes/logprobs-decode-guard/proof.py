@@ -118,11 +118,8 @@ def check(trees: Trees) -> None:
         _check_zero_context(engine_lp.LogprobsProcessor, lp, flat)
 
 
-def _check_zero_context(processor_cls: Any, lp: ModuleType, flat: bool) -> None:
-    """A sampled id 0 stays in the UTF-8 correction's context: "é" split as ids 0 and 6, with a
-    bad id among the top-k, still decodes to "é" at the second position."""
-    kind = "FlatLogprobs" if flat else "list"
-    rows = [[0, 1, -1], [6, 3, 2**32]]
+def _sampled(processor_cls: Any, lp: ModuleType, flat: bool, tokenizer: Any, rows: list[list[int]], what: str) -> Any:
+    """A processor that has taken one step of sample logprobs (2 per position) with these ids."""
     new_logprobs = (
         [np.array(r, dtype=np.int64) for r in rows],
         [np.array([-0.5, -1.0, -2.0]) for _ in rows],
@@ -130,7 +127,7 @@ def _check_zero_context(processor_cls: Any, lp: ModuleType, flat: bool) -> None:
         None,
     )
     proc = processor_cls(
-        tokenizer=LeadByteZeroTokenizer(),
+        tokenizer=tokenizer,
         logprobs=lp.create_sample_logprobs(flat),
         prompt_logprobs=None,
         cumulative_logprob=0.0,
@@ -138,7 +135,16 @@ def _check_zero_context(processor_cls: Any, lp: ModuleType, flat: bool) -> None:
         num_prompt_logprobs=None,
     )
     output = SimpleNamespace(new_logprobs=new_logprobs, new_prompt_logprobs_tensors=None)
-    _run(f"sample logprobs ({kind}) with sampled id 0", lambda: proc.update_from_output(output))
+    kind = "FlatLogprobs" if flat else "list"
+    _run(f"sample logprobs ({kind}) with {what}", lambda: proc.update_from_output(output))
+    return proc
+
+
+def _check_zero_context(processor_cls: Any, lp: ModuleType, flat: bool) -> None:
+    """A sampled id 0 stays in the UTF-8 correction's context: "é" split as ids 0 and 6, with a
+    bad id among the top-k, still decodes to "é" at the second position."""
+    kind = "FlatLogprobs" if flat else "list"
+    proc = _sampled(processor_cls, lp, flat, LeadByteZeroTokenizer(), [[0, 1, -1], [6, 3, 2**32]], "sampled id 0")
     assert _decoded(proc.logprobs) == [
         [(0, ""), (1, "hello"), (-1, "")],
         [(6, "é"), (3, "!"), (2**32, "")],
@@ -151,22 +157,7 @@ def _check_processor(processor_cls: Any, lp: ModuleType, flat: bool) -> None:
     # over two byte tokens after it, which the UTF-8 correction decodes with the bad id in its
     # context.
     rows = [[1, -1, 2**32], [-1, 2, 3], [5, 4, 2**40], [6, 3, -1]]
-    new_logprobs = (
-        [np.array(r, dtype=np.int64) for r in rows],
-        [np.array([-0.5, -1.0, -2.0]) for _ in rows],
-        [np.array([1, 2, 3]) for _ in rows],
-        None,
-    )
-    proc = processor_cls(
-        tokenizer=ByteLevelTokenizer(),
-        logprobs=lp.create_sample_logprobs(flat),
-        prompt_logprobs=None,
-        cumulative_logprob=0.0,
-        num_logprobs=2,
-        num_prompt_logprobs=None,
-    )
-    output = SimpleNamespace(new_logprobs=new_logprobs, new_prompt_logprobs_tensors=None)
-    _run(f"sample logprobs ({kind}) with ids -1, 2**32, 2**40", lambda: proc.update_from_output(output))
+    proc = _sampled(processor_cls, lp, flat, ByteLevelTokenizer(), rows, "ids -1, 2**32, 2**40")
     assert _decoded(proc.logprobs) == [
         [(1, "hello"), (-1, ""), (2**32, "")],
         [(-1, ""), (2, " world"), (3, "!")],
