@@ -23,6 +23,13 @@ def _ok_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
     return {"ok": False, "error": exc.message}
 
 
+JOBS = click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=os.cpu_count() or 2,
+    show_default="the cores",
+    help="Proofs run at once.",
+)
 PROFILE_HELP = "The release profile (default: the cookbook's only profile)."
 
 
@@ -31,13 +38,7 @@ PROFILE_HELP = "The release profile (default: the cookbook's only profile)."
 @SOURCE
 @JSON
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML report.")
-@click.option(
-    "--jobs",
-    type=click.IntRange(min=1),
-    default=os.cpu_count() or 2,
-    show_default="the cores",
-    help="Proofs run at once.",
-)
+@JOBS
 @click.option(
     "--mutants",
     "with_mutants",
@@ -266,13 +267,7 @@ def record(fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: 
     help="Write the ported changes of the fixes still needed and a draft profile.",
 )
 @click.option("--no-proofs", is_flag=True, help="Do not run the proofs: only say whether each change applies.")
-@click.option(
-    "--jobs",
-    type=click.IntRange(min=1),
-    default=os.cpu_count() or 2,
-    show_default="the cores",
-    help="Proofs run at once.",
-)
+@JOBS
 @JSON
 @guard(_ok_error)
 def port(
