@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import os
 import sys
@@ -53,10 +54,29 @@ def _find_node(tree: ast.Module, qualname: str) -> ast.AST:
     return node
 
 
+@functools.cache
+def _parsed(path: str, stamp: tuple[int, int]) -> tuple[str, ast.Module]:
+    text = Path(path).read_text(encoding="utf-8")
+    return text, ast.parse(text, filename=path)
+
+
+def _read_parsed(path: Path | str) -> tuple[str, ast.Module]:
+    # Keyed by the file's stamp too, so that a rewritten file is parsed again.
+    st = os.stat(path)
+    return _parsed(os.path.abspath(path), (st.st_mtime_ns, st.st_size))
+
+
+def parse_file(path: Path | str) -> ast.Module:
+    """The syntax tree of a source file, parsed once per process: a proof calls this for the same
+    large module many times (hpu_model_runner.py takes about 0.1 s to parse). The tree is shared:
+    copy a node (``copy.deepcopy``) before changing it."""
+    return _read_parsed(path)[1]
+
+
 def load_source(path: Path | str, qualname: str) -> str:
     """The source of a module-level function, class or method, dedented, decorators included."""
-    text = Path(path).read_text(encoding="utf-8")
-    node = _find_node(ast.parse(text), qualname)
+    text, tree = _read_parsed(path)
+    node = _find_node(tree, qualname)
     lines = text.splitlines(keepends=True)
     first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
     return textwrap.dedent("".join(lines[first - 1 : node.end_lineno]))

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from fixpack.proofkit import parse_file
+
 RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
 
 
 def _init_statements(path: Path) -> tuple[ast.If, ast.Assign]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse_file(path)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
     init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
     gdn_block = [

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from fixpack.proofkit import Trees, load_function
+from fixpack.proofkit import Trees, load_function, parse_file
 
 HPU_SCHED = "vllm_gaudi/v1/core/sched/hpu_async_scheduler.py"
 ASYNC_SCHED = "vllm/v1/core/sched/async_scheduler.py"
@@ -29,7 +29,7 @@ REQUEST = "vllm/v1/request.py"
 
 def _init_attributes(path: Path) -> set[str]:
     """Names that vLLM's Request.__init__ assigns on self."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse_file(path)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Request")
     init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
     return {

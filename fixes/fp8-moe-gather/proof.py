@@ -43,7 +43,7 @@ from unittest import mock
 
 import torch
 
-from fixpack.proofkit import Trees, load_function
+from fixpack.proofkit import Trees, load_function, parse_file
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
@@ -146,7 +146,7 @@ sys.meta_path.insert(0, _FINDER)
 
 
 def _module_constant(path: Path, name: str) -> Any:
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in parse_file(path).body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             return ast.literal_eval(node.value)
     raise LookupError(f"{path}: no module constant {name}")

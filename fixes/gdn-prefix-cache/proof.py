@@ -40,7 +40,7 @@ from fixes._support.kv_cache import (
     initialize_kv_cache_globals,
     initialize_kv_cache_runner,
 )
-from fixpack.proofkit import Trees, load_function
+from fixpack.proofkit import Trees, load_function, parse_file
 
 RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
 MODULE = "vllm_gaudi/v1/worker/hpu_gdn_prefix_cache.py"
@@ -246,7 +246,7 @@ def _step(new: list[types.SimpleNamespace], cached: types.SimpleNamespace, sched
 
 def _post_forward_hooks(runner_py: Path) -> list[ast.stmt]:
     """Statements of ``sample_tokens`` that hand the step to the GDN prefix cache."""
-    tree = ast.parse(runner_py.read_text(encoding="utf-8"))
+    tree = parse_file(runner_py)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
     method = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "sample_tokens")
     return [s for s in method.body if "_gdn_prefix_cache" in ast.unparse(s)]
@@ -488,7 +488,7 @@ def check(trees: Trees) -> None:
 def _runner_imports(runner_py: Path) -> dict[str, str | None]:
     """name -> module, for the names the runner module binds with ``from MODULE import name``."""
     out: dict[str, str | None] = {}
-    for node in ast.parse(runner_py.read_text(encoding="utf-8")).body:
+    for node in parse_file(runner_py).body:
         for sub in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
             if isinstance(sub, ast.ImportFrom):
                 out.update({a.asname or a.name: sub.module for a in sub.names})

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from fixes._support.input_batch import VOCAB, SamplingParams, exec_file, load_input_batch, make_batch, make_request
-from fixpack.proofkit import Trees, load_function, load_source
+from fixpack.proofkit import Trees, load_function, load_source, parse_file
 
 NEG = -math.inf
 BASE = [2.0, 1.5] + [0.0] * (VOCAB - 2)
@@ -38,7 +38,7 @@ def load_sampler(trees: Trees) -> SimpleNamespace:
     assert trees.vllm is not None
     vllm = trees.vllm / "vllm"
     path = vllm / "v1/sample/sampler.py"
-    eps = next(ast.literal_eval(node.value) for node in ast.parse(path.read_text(encoding="utf-8")).body
+    eps = next(ast.literal_eval(node.value) for node in parse_file(path).body
                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "_SAMPLING_EPS")
     bad_words = exec_file("vllm.v1.sample.ops.bad_words", vllm / "v1/sample/ops/bad_words.py")
     ns = {"torch": torch, "_SAMPLING_EPS": eps, "LogprobsMode": str, "apply_bad_words": bad_words.apply_bad_words,

@@ -30,7 +30,7 @@ import torch
 
 from fixes._support.input_batch import VOCAB, SamplingParams, load_input_batch, make_batch, make_request
 from fixes._support.runner import set_step_state
-from fixpack.proofkit import Trees, load_source
+from fixpack.proofkit import Trees, load_source, parse_file
 
 BLOCK = 16
 
@@ -93,7 +93,7 @@ def _compile_into(node: ast.stmt, ns: dict[str, Any], defs: dict[str, ast.stmt],
 def load_runner(trees: Trees, ib: types.ModuleType) -> tuple[type, Any]:
     assert trees.vllm_gaudi is not None
     path = trees.vllm_gaudi / RUNNER
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse_file(path)
     defs = _module_defs(tree)
     others = _module_names(tree) - set(defs)
     ns: dict[str, Any] = {
