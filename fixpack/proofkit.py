@@ -151,6 +151,9 @@ def run_request(request: dict[str, Any]) -> int:
     os.chdir(request["cwd"])
     sys.path[:0] = request["path"]
     sys.dont_write_bytecode = True  # proofs must not leave __pycache__ in the trees
+    torch = sys.modules.get("torch")  # the proof server's: forked, so this child's own settings
+    if request.get("threads") and torch is not None:
+        torch.set_num_threads(int(request["threads"]))
     trees = Trees(*(None if request[k] is None else Path(request[k]) for k in ("vllm_gaudi", "vllm")))
     return _child(Path(request["proof"]), trees)
 

@@ -22,6 +22,22 @@ PROOFS = {
             sys.modules['fixpack_test_stub'] = types.ModuleType('fixpack_test_stub')
         """,
     "slow": "import time\ndef check(trees):\n    time.sleep(30)\n",
+    "threads": """\
+        import torch
+        def check(trees):
+            assert torch.get_num_threads() == 1, f'{torch.get_num_threads()} torch threads'
+        """,
+    "parse": """\
+        import os
+        from fixpack.proofkit import load_source, parse_file
+        def check(trees):
+            path = trees.vllm_gaudi / 'mod.py'
+            assert parse_file(path) is parse_file(path), 'parsed twice'
+            assert 'return 1' in load_source(path, 'f')
+            path.write_text('def f():\\n    return 22\\n')
+            os.utime(path, ns=(1, 1))  # a rewritten file is read again, whatever its stamp was
+            assert 'return 22' in load_source(path, 'f')
+        """,
 }
 
 
@@ -50,3 +66,16 @@ def test_verdicts_output_and_isolation(tmp_path, monkeypatch, fork):
 def test_a_proof_past_its_time_is_an_error(tmp_path):
     slow = run_proof(proof(tmp_path, "slow"), Trees(), timeout=1)
     assert slow.code == ERROR and "timed out" in slow.output
+
+
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_a_proof_runs_with_the_torch_threads_it_is_given(tmp_path, monkeypatch, fork):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("FIXPACK_PROOF_FORK", fork)
+    assert run_proof(proof(tmp_path, "threads"), Trees(), threads=1).code == PASSED
+
+
+def test_parse_file_parses_once_and_again_after_a_change(tmp_path):
+    (tmp_path / "mod.py").write_text("def f():\n    return 1\n")
+    done = run_proof(proof(tmp_path, "parse"), Trees(vllm_gaudi=tmp_path))
+    assert done.code == PASSED, done.output

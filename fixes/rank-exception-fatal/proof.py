@@ -213,13 +213,15 @@ def check(trees: Trees) -> None:
         if ran_step_2_at is None and ("execute_model", 2) in seen:
             ran_step_2_at = time.monotonic()
         now = time.monotonic()
-        if (ran_step_2_at is not None and now - ran_step_2_at > 2.0) or now - start > 30.0:
+        # Step 2 having run is the bug already; the short grace only lets the message say whether
+        # the monitor failed the engine late.
+        if (ran_step_2_at is not None and now - ran_step_2_at > 0.3) or now - start > 30.0:
             break
     engine_failed = failed.is_set()
     if proc.is_alive():
         proc.kill()
     proc.join(10)
-    _drain(report, seen, timeout=0.5)
+    _drain(report, seen, timeout=0.2)  # the worker has exited: what it sent is in the pipe
 
     assert engine_failed, (
         f"rank {RANK} raised in execute_model, logged it and kept serving: it ran "

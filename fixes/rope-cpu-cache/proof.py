@@ -43,6 +43,9 @@ from torch.utils._device import DeviceContext, _device_constructors
 from fixpack.proofkit import stub_modules
 
 MAX_POSITION = 163840  # angles of the inv_freq == 1 pair reach 163,839 > 1.5e5
+# Four pairs: pair 0 (inv_freq == 1, angle == position) is where the HPU trig goes wrong; more
+# pairs would only multiply the work (tables of up to 1.3M rows).
+ROTARY_DIM = 8
 HPU_TRIG_EXACT_BELOW = 1.5e5
 _TWO_PI_FP32 = torch.tensor(2 * math.pi, dtype=torch.float32)
 _TRIG = {torch.cos: "cos", torch.sin: "sin", torch.Tensor.cos: "cos", torch.Tensor.sin: "sin"}
@@ -166,7 +169,7 @@ def _variants(rope: Any, hpu: Any) -> dict[str, Any]:
     """Instances of every RoPE class the HPU plugin can be given by get_rope(), fp32 tables (the
     model casts them to its dtype afterwards); the plain ones reach angles past the HPU threshold."""
     bf16 = torch.float32  # the table dtype
-    a = (64, 32, MAX_POSITION, 10000.0, True)  # head_size, rotary_dim, max_position, base, neox
+    a = (64, ROTARY_DIM, MAX_POSITION, 10000.0, True)  # head_size, rotary_dim, max_position, base, neox
     return {
         "HPURotaryEmbedding": lambda: hpu.HPURotaryEmbedding(*a, bf16),
         "HPULinearScalingRotaryEmbedding": lambda: hpu.HPULinearScalingRotaryEmbedding(*a, [1.0, 2.0], bf16),
@@ -183,16 +186,19 @@ def _variants(rope: Any, hpu: Any) -> dict[str, Any]:
             88, 88, 576, 10000.0, False, bf16
         ),
         "HPUMRotaryEmbedding(yarn)": lambda: hpu.HPUMRotaryEmbedding(
-            *a, bf16, mrope_section=[6, 5, 5], scaling_factor=2.0
+            *a, bf16, mrope_section=[2, 1, 1], scaling_factor=2.0
         ),
         "Gemma4RotaryEmbedding": lambda: rope.Gemma4RotaryEmbedding(*a, bf16),
-        "NTKScalingRotaryEmbedding": lambda: rope.NTKScalingRotaryEmbedding(*a, 2.0, bf16),
+        # NTK divides inv_freq by 2 ** (2 / rotary_dim): its pair 0 passes 1.5e5 only after 178,380 positions.
+        "NTKScalingRotaryEmbedding": lambda: rope.NTKScalingRotaryEmbedding(
+            64, ROTARY_DIM, 196608, 10000.0, True, 2.0, bf16
+        ),
         "DynamicNTKAlphaRotaryEmbedding": lambda: rope.DynamicNTKAlphaRotaryEmbedding(*a, 2.0, bf16),
-        "XDRotaryEmbedding": lambda: rope.XDRotaryEmbedding(*a, 2.0, bf16, xdrope_section=[4, 4, 4, 4]),
+        "XDRotaryEmbedding": lambda: rope.XDRotaryEmbedding(*a, 2.0, bf16, xdrope_section=[1, 1, 1, 1]),
         "TeleChat3RoPEScaledRotaryEmbedding": lambda: rope.TeleChat3RoPEScaledRotaryEmbedding(*a, 2.0, bf16),
         "DeepseekV4ScalingRotaryEmbedding": lambda: rope.DeepseekV4ScalingRotaryEmbedding(*a, 2.0, bf16),
         "MRotaryEmbeddingInterleaved": lambda: rope.MRotaryEmbeddingInterleaved(
-            *a, bf16, mrope_section=[6, 5, 5]
+            *a, bf16, mrope_section=[2, 1, 1]
         ),
     }
 

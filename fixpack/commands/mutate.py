@@ -24,7 +24,7 @@ from ..core.mutants import Mutant, Target, mutants
 from ..core.plan import chains
 from ..models import Change, Fix, Profile
 from ..proofkit import PASSED
-from ..proofrun import run_proof
+from ..proofrun import run_proof, threads_per_proof
 from .trees import link_trees, proof_trees, put
 
 __all__ = ["MutantRun", "FixMutants", "mutate"]
@@ -124,12 +124,13 @@ def _jobs(fix: Fix, profile: Profile, files: dict[str, tuple[list[Change], list[
         yield _Job(fix, mutant, pin.dist, content, patched)
 
 
-def _run(job: _Job, slots: queue.Queue[dict[str, Path]], profile: Profile) -> MutantRun:
+def _run(job: _Job, slots: queue.Queue[dict[str, Path]], profile: Profile, threads: int) -> MutantRun:
     roots = slots.get()
     target = roots[job.dist] / job.mutant.path
     try:
         put(target, job.content)
-        done = run_proof(Path(job.fix.proof.script or ""), proof_trees(profile, roots), timeout=MUTANT_TIMEOUT)
+        trees = proof_trees(profile, roots)
+        done = run_proof(Path(job.fix.proof.script or ""), trees, timeout=MUTANT_TIMEOUT, threads=threads)
     finally:
         put(target, job.patched)
         slots.put(roots)
@@ -171,7 +172,7 @@ def mutate(
     for n in range(max(1, jobs)):
         slots.put(link_trees(patched_roots, scratch / f"slot{n}"))
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        runs = [pool.submit(_run, job, slots, profile) for job in work]
+        runs = [pool.submit(_run, job, slots, profile, threads_per_proof(jobs)) for job in work]
         for job, run in zip(work, runs):
             report[job.fix.id].runs.append(run.result())
     return report

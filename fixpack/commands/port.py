@@ -42,10 +42,10 @@ from ..core.plan import chains as pack_chains
 from ..errors import UsageError
 from ..models import Change, Fingerprint, Fix, PortOutcome, Profile, ProofState
 from ..proofkit import BUG_PRESENT, PASSED
-from ..proofrun import ProofRun, run_proof
+from ..proofrun import ProofRun, run_proof, start_server, threads_per_proof
 from ..site.commits import from_version_py
 from . import lock
-from .trees import copy_trees, proof_trees, put, tail
+from .trees import copy_trees, link_trees, proof_trees, put, tail
 
 if TYPE_CHECKING:  # libcst loads only when a transform runs
     from ..transforms import Transform
@@ -290,18 +290,19 @@ def _prove(
         return
     result.notes += _tree_notes(profile, sources)
     with tempfile.TemporaryDirectory(prefix="fixpack-port-") as tmp:
-        trees = {}
-        for which in ("pristine", "ported"):
-            roots = copy_trees(sources, profile, Path(tmp) / which)
-            if which == "ported":
-                for path, content in ported.items():
-                    pin = profile.pin_for_path(path)
-                    assert pin is not None
-                    put(roots[pin.dist] / path, content)
-            trees[which] = proof_trees(profile, roots)
+        start_server()
+        pristine = copy_trees(sources, profile, Path(tmp) / "pristine")
+        roots = link_trees(pristine, Path(tmp) / "ported")
+        for path, content in ported.items():
+            pin = profile.pin_for_path(path)
+            assert pin is not None
+            put(roots[pin.dist] / path, content)
+        trees = {"pristine": proof_trees(profile, pristine), "ported": proof_trees(profile, roots)}
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             runs = {
-                (fix.id, which): pool.submit(run_proof, Path(fix.proof.script), trees[which])
+                (fix.id, which): pool.submit(
+                    run_proof, Path(fix.proof.script), trees[which], threads=threads_per_proof(jobs)
+                )
                 for fix in fixes
                 if fix.proof.script
                 for which in ("pristine", "ported")

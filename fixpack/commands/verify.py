@@ -21,10 +21,10 @@ from ..core.plan import chains
 from ..errors import FixpackError, Refused
 from ..models import Fix, Profile, ProofVerdict
 from ..proofkit import BUG_PRESENT, PASSED
-from ..proofrun import run_proof
+from ..proofrun import run_proof, start_server, threads_per_proof
 from . import lock
 from .mutate import FixMutants, mutate
-from .trees import copy_trees, proof_trees, tail
+from .trees import copy_trees, link_trees, proof_trees, put, tail
 
 __all__ = ["FixVerdict", "verify_profile", "junit"]
 
@@ -72,6 +72,8 @@ def verify_profile(
 ) -> list[FixVerdict]:
     """Every check of every fix of the profile; with ``mutants``, also up to that many mutants of
     each fix whose proof holds (see ``mutate``), a survivor not recorded as harmless a failure."""
+    if any(catalog.fixes[fid].proof.script for fid in profile.pack):
+        start_server()
     verdicts = {fid: FixVerdict(fid, profile.release, profile.name) for fid in profile.pack}
     for fid in profile.pack:
         verdicts[fid].failures += _metadata_failures(catalog.fixes[fid])
@@ -93,15 +95,16 @@ def verify_profile(
 
     with tempfile.TemporaryDirectory(prefix="fixpack-verify-") as tmp:
         pristine_roots = copy_trees(sources, profile, Path(tmp) / "pristine")
-        patched_roots = copy_trees(sources, profile, Path(tmp) / "patched")
+        patched_roots = link_trees(pristine_roots, Path(tmp) / "patched")  # patched files are put() apart
         _apply_and_revert(catalog, profile, patched_roots, verdicts)
         trees = {
             "pristine": proof_trees(profile, pristine_roots),
             "patched": proof_trees(profile, patched_roots),
         }
+        threads = threads_per_proof(jobs)
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             runs = {
-                (fid, which): pool.submit(run_proof, Path(fix.proof.script), trees[which])
+                (fid, which): pool.submit(run_proof, Path(fix.proof.script), trees[which], threads=threads)
                 for fid in profile.pack
                 if (fix := catalog.fixes[fid]).proof.script
                 for which in ("pristine", "patched")
@@ -146,11 +149,7 @@ def _apply_and_revert(
             for change in chain:
                 verdicts[change.fix_id].reverts = False
                 verdicts[change.fix_id].fail(f"{path}: reverting the pack does not give the pristine bytes")
-        if patched is None:
-            target.unlink(missing_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(patched)
+        put(target, patched)
 
 
 def _judge_proof(fix: Fix, verdict: FixVerdict, runs: dict) -> None:
