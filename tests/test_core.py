@@ -8,7 +8,7 @@ import pytest
 from fixpack.core import rebuild, recognise
 from fixpack.core.fingerprint import of, sha256
 from fixpack.core.patch import render
-from fixpack.core.plan import chains, pack_chain, resolve, restrict, with_dependents
+from fixpack.core.plan import applied_orders, chains, pack_chain, resolve, restrict, with_dependents
 from fixpack.errors import Refused, UsageError
 from fixpack.models import Change, FileRecord, FileState, Fingerprint, Fix, Pin, Profile, Proof, Upstream
 from fixpack.site.manifest import Manifest
@@ -93,6 +93,15 @@ def test_an_opt_in_supersedes_a_default_fix():
         resolve(fixes, profile(["guard", "full", "user"], ["full"]), ("full",))
 
 
+def test_each_fix_is_locked_in_the_order_it_is_applied_in():
+    fixes = {f: fix(f) for f in ("a", "guard", "full", "b")}
+    object.__setattr__(fixes["full"], "supersedes", ("guard",))
+    prof = profile(["a", "guard", "full", "b"], ["full"])
+    # With every opt-in the guard is left out; the guard itself is locked without what supersedes it.
+    assert applied_orders(fixes, prof) == [("a", "full", "b"), ("a", "guard", "b")]
+    assert applied_orders(fixes, profile(["a", "b"])) == [("a", "b")]
+
+
 def test_with_dependents_names_what_each_depends_on():
     fixes = {"a": fix("a"), "b": fix("b", requires=["a"]), "c": fix("c", requires=["b"]), "d": fix("d")}
     assert with_dependents(fixes, {"a"}, ("a", "b", "c", "d")) == {"a": None, "b": "a", "c": "b"}
@@ -114,6 +123,25 @@ def test_rebuild_applies_a_chain_and_reverse_undoes_it():
     assert rebuild.reverse(TWO, chain) == BASE
     assert rebuild.build(BASE, chain[1:]) == BASE.replace(b"return 15\n", b"return 150\n")  # at an offset
     assert rebuild.line_counts(chain[0]) == (1, 1)
+
+
+THREE = TWO.replace(b"return 18\n", b"return 180\n")
+
+
+def test_rebuild_checks_each_locked_run_and_goes_one_by_one_past_a_broken_link():
+    # "skip" was locked between two and three, but is not applied: three's before-hash is not met,
+    # so one and two are checked as a run and three is applied by its hunks alone.
+    three = change("three", TWO, THREE)
+    skipped = TWO.replace(b"return 1\n", b"return 10\n")
+    three = Change("three", "r1", "pkg/m.py", three.patch, Fingerprint(of(BASE), of(skipped), of(THREE)))
+    chain = [change("one", BASE, ONE), change("two", ONE, TWO), three]
+    assert rebuild.build(BASE, chain) == THREE
+    # A run whose end does not match its lock is refused, naming the change that went wrong.
+    two = change("two", ONE, TWO)
+    stale = [change("one", BASE, ONE), Change("two", "r1", "pkg/m.py", two.patch, Fingerprint(of(BASE), of(ONE), "0"))]
+    with pytest.raises(Refused, match="does not match the locked after-hash") as refused:
+        rebuild.build(BASE, stale)
+    assert refused.value.fix_id == "two"
 
 
 def test_rebuild_refuses_with_the_fix_and_the_path():

@@ -15,7 +15,7 @@ from ..cookbook.lockfile import write_lock
 from ..cookbook.profiles import load_profile
 from ..core import patch
 from ..core.fingerprint import of
-from ..core.plan import chains
+from ..core.plan import applied_orders, chains
 from ..core.rebuild import build, compile_error, failed
 from ..errors import Refused, UsageError
 from ..models import Change, Fingerprint, Profile
@@ -32,21 +32,26 @@ def read_source(sources: dict[str, Path], profile: Profile, path: str) -> bytes 
 
 
 def fingerprints(catalog: Catalog, profile: Profile, sources: dict[str, Path]) -> dict[str, dict[str, Fingerprint]]:
-    """fix id -> path -> Fingerprint, over the whole pack (opt-ins included) in pack order."""
+    """fix id -> path -> Fingerprint: each change on the bytes it meets when applied, in pack
+    order with every opt-in (a fix an opt-in supersedes: without that opt-in)."""
     out: dict[str, dict[str, Fingerprint]] = {fid: {} for fid in profile.pack}
-    for path, chain in chains((catalog.fixes[f] for f in profile.pack), profile.release).items():
-        pristine = read_source(sources, profile, path)
-        content = pristine
-        for change in chain:
-            before = content
-            try:
-                content = build(before, [_unlocked(change)])
-            except Refused as exc:
-                raise failed(change, f"{change.fix_id}: {exc.message}", exc.details) from None
-            problem = compile_error(path, content)
-            if problem:
-                raise failed(change, f"{change.fix_id}: the result does not compile: {problem}")
-            out[change.fix_id][path] = Fingerprint(of(pristine), of(before), of(content))
+    locked: set[str] = set()
+    for order in applied_orders(catalog.fixes, profile):
+        for path, chain in chains((catalog.fixes[f] for f in order), profile.release).items():
+            pristine = read_source(sources, profile, path)
+            content = pristine
+            for change in chain:
+                before = content
+                try:
+                    content = build(before, [_unlocked(change)])
+                except Refused as exc:
+                    raise failed(change, f"{change.fix_id}: {exc.message}", exc.details) from None
+                problem = compile_error(path, content)
+                if problem:
+                    raise failed(change, f"{change.fix_id}: the result does not compile: {problem}")
+                if change.fix_id not in locked:
+                    out[change.fix_id][path] = Fingerprint(of(pristine), of(before), of(content))
+        locked.update(order)
     return out
 
 

@@ -10,7 +10,7 @@ from ..errors import UsageError
 from ..models import Change, Fix, Plan, PlannedChange, Profile
 from .names import suggest
 
-__all__ = ["resolve", "restrict", "pack_chain", "chains", "with_dependents"]
+__all__ = ["resolve", "restrict", "pack_chain", "applied_orders", "chains", "with_dependents"]
 
 
 def resolve(
@@ -115,6 +115,20 @@ def restrict(plan: Plan, fix_ids: set[str]) -> Plan:
 def pack_chain(fixes: Mapping[str, Fix], profile: Profile, path: str) -> list[Change]:
     """Every change the profile's pack makes to ``path``, in pack order."""
     return [c for fid in profile.pack for c in fixes[fid].changes[profile.release] if c.path == path]
+
+
+def applied_orders(fixes: Mapping[str, Fix], profile: Profile) -> list[tuple[str, ...]]:
+    """The orders the pack's fixes are applied in, for locking each change on the bytes it really
+    meets: first the pack less every fix an opt-in of it supersedes (all opt-ins asked for), then
+    for each superseded fix the pack less the fixes that supersede it. A fix is locked in the
+    first order it is in."""
+    superseded = {old for fid in profile.pack for old in fixes[fid].supersedes if old in profile.pack}
+    orders = [tuple(f for f in profile.pack if f not in superseded)]
+    for old in (f for f in profile.pack if f in superseded):
+        orders.append(
+            tuple(f for f in profile.pack if f == old or (f not in superseded and old not in fixes[f].supersedes))
+        )
+    return orders
 
 
 def chains(fixes: Iterable[Fix], release: str) -> dict[str, list[Change]]:

@@ -12,7 +12,7 @@ from . import patch
 from .bytecode import compile_module
 from .fingerprint import of
 
-__all__ = ["parsed", "reverse", "failed", "locked_chain", "build", "compiled", "compile_error", "line_counts"]
+__all__ = ["parsed", "reverse", "failed", "build", "compiled", "compile_error", "line_counts"]
 
 
 @functools.lru_cache(maxsize=256)
@@ -44,39 +44,53 @@ def failed(change: Change, message: str, details: str = "") -> Refused:
     return Refused(message, fix_id=change.fix_id, path=change.path, details=details)
 
 
-def locked_chain(pristine: bytes | None, changes: list[Change]) -> bool:
-    """Whether ``changes`` are a run of the locked chain starting at ``pristine``: each change's
-    locked before-hash is the after-hash of the one before it, the first's is ``pristine``'s."""
-    if not changes or pristine is None or any(c.fingerprint is None or c.creates or c.deletes for c in changes):
-        return False
-    if of(pristine) != changes[0].fingerprint.before:  # type: ignore[union-attr]
-        return False
-    return all(a.fingerprint.after == b.fingerprint.before for a, b in zip(changes, changes[1:]))  # type: ignore[union-attr]
+def _locked_run(changes: list[Change], start: int) -> int:
+    """The end (exclusive) of the run of changes from ``start`` whose locked fingerprints chain:
+    each one's before-hash is the after-hash of the one before it."""
+    end = start
+    while end < len(changes):
+        fp = changes[end].fingerprint
+        if fp is None or changes[end].creates or changes[end].deletes:
+            break
+        if end > start and changes[end - 1].fingerprint.after != fp.before:  # type: ignore[union-attr]
+            break
+        end += 1
+    return end
+
+
+def _one(change: Change, content: bytes | None) -> bytes | None:
+    before = of(content)
+    try:
+        content = patch.apply(parsed(change), content)
+    except patch.HunkFailed as exc:
+        raise failed(change, str(exc), exc.nearest) from None
+    fp = change.fingerprint
+    if fp is not None and before == fp.before and of(content) != fp.after:
+        raise failed(change, f"{change.path}: result does not match the locked after-hash (stale lock?)")
+    return content
 
 
 def build(pristine: bytes | None, changes: list[Change]) -> bytes | None:
     """Apply ``changes`` in order to the pristine bytes, checking locked fingerprints that apply.
 
-    A run of the locked chain is applied in one pass over the file's lines and checked once, at
-    the end, against the last locked after-hash (the hashes in between follow: the same diffs on
-    the same bytes); on any mismatch the changes are applied one by one, for the exact message."""
-    if locked_chain(pristine, changes):
-        try:
-            content = patch.apply_chain([parsed(c) for c in changes], pristine)  # type: ignore[arg-type]
-        except patch.HunkFailed:
-            content = None
-        if content is not None and of(content) == changes[-1].fingerprint.after:  # type: ignore[union-attr]
-            return content
-    content = pristine
-    for change in changes:
-        before = of(content)
-        try:
-            content = patch.apply(parsed(change), content)
-        except patch.HunkFailed as exc:
-            raise failed(change, str(exc), exc.nearest) from None
-        fp = change.fingerprint
-        if fp is not None and before == fp.before and of(content) != fp.after:
-            raise failed(change, f"{change.path}: result does not match the locked after-hash (stale lock?)")
+    A run of changes whose locked hashes chain, starting from bytes with its first before-hash, is
+    applied in one pass over the file's lines and checked once, at the end, against its last
+    after-hash (the hashes in between follow: the same diffs on the same bytes). Anything else,
+    and a run that fails, goes change by change, for the exact message."""
+    content, i, checked_until = pristine, 0, 0
+    while i < len(changes):
+        end = _locked_run(changes, i)
+        if i >= checked_until and end - i > 1 and of(content) == changes[i].fingerprint.before:  # type: ignore[union-attr]
+            try:
+                run = patch.apply_chain([parsed(c) for c in changes[i:end]], content)
+            except patch.HunkFailed:
+                run = None
+            if run is not None and of(run) == changes[end - 1].fingerprint.after:  # type: ignore[union-attr]
+                content, i = run, end
+                continue
+            checked_until = end  # one by one through this run
+        content = _one(changes[i], content)
+        i += 1
     return content
 
 

@@ -62,12 +62,23 @@ def _locate(keys: list[str], want: list[str], expected: int, floor: int, at_star
     else:
         if not want:
             return min(max(expected, floor), n)
-        first = want[0]
-        candidates = [i for i in range(floor, last + 1) if keys[i] == first]
-        candidates.sort(key=lambda i: (abs(i - expected), i < expected))
+        return _nearest_match(keys, want, expected, floor, last)
     for at in candidates:
         if floor <= at <= last and keys[at : at + k] == want:
             return at
+    return None
+
+
+def _nearest_match(keys: list[str], want: list[str], expected: int, floor: int, last: int) -> int | None:
+    """The match nearest to ``expected`` within [floor, last], the later one on a tie: searched
+    outwards, since a hunk is almost always found within a few lines of where it is expected."""
+    if floor > last:
+        return None
+    k, first = len(want), want[0]
+    for distance in range(max(abs(expected - floor), abs(last - expected)) + 1):
+        for at in (expected + distance, expected - distance) if distance else (expected,):
+            if floor <= at <= last and keys[at] == first and keys[at : at + k] == want:
+                return at
     return None
 
 
@@ -91,7 +102,9 @@ def _nearest(lines: list[str], start: int, want: tuple[str, ...]) -> str:
 
 def _apply_lines(fd: FileDiff, lines: list[str]) -> list[str]:
     crlf = _to_crlf(fd, lines)
-    keys = [key(line) for line in lines]
+    # A line's key differs from the line only when it ends in \r\n: one C-speed search spares
+    # building the keys of a file that has none (most).
+    keys = [key(line) for line in lines] if "\r\n" in "".join(lines) else lines
     out: list[str] = []
     pos = offset = 0
     for number, hunk in enumerate(fd.hunks, 1):
