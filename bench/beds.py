@@ -294,6 +294,9 @@ class Bed:
         for pyc, content in self.pycs.items():
             if not pyc.exists() or pyc.read_bytes() != content:
                 pyc.write_bytes(content)
+        # An image's files are on disk when a container starts: without this, the first fsync of
+        # the measured run would also flush what the reset just wrote.
+        os.sync()
 
     def existing(self) -> list[Path]:
         return [self.file(t) for t in self.targets if self.file(t).exists()]

@@ -3,6 +3,7 @@ same snapshot imported into the bench for reading catalogs and writing cookbooks
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import shutil
@@ -24,6 +25,9 @@ def snapshot(repo: Path, work: Path) -> Path:
     (engine / "fixes").mkdir()
     shutil.copy2(repo / "fixes" / "apply_all.py", engine / "fixes" / "apply_all.py")
     shutil.copy2(repo / "requirements.txt", engine / "requirements.txt")  # apply_all.py checks it
+    # As the README has an image do when it is built: a start does not compile fixpack itself
+    # (images often set PYTHONDONTWRITEBYTECODE, so nothing would keep the bytecode).
+    compileall.compile_dir(engine / "fixpack", quiet=1)
     return engine
 
 
