@@ -8,16 +8,16 @@ checkout its URL names.
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from ..core.names import canonical
 from ..errors import EnvironmentProblem
-from . import commits, confine
+from . import commits, confine, finder
 from .commits import Commit
 from .layout import STATE_DIR_NAME
 from .record import read_record
@@ -53,32 +53,35 @@ class Distribution:
         return self._record
 
 
-def _editable_root(dist: md.Distribution) -> Path | None:
+def _read_text(dist_info: Path, name: str) -> str | None:
     try:
-        info = json.loads(dist.read_text("direct_url.json") or "{}")
+        return (dist_info / name).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _editable_root(dist_info: Path) -> Path | None:
+    try:
+        info = json.loads(_read_text(dist_info, "direct_url.json") or "{}")
     except ValueError:
         return None
-    if not info.get("dir_info", {}).get("editable"):
+    if not isinstance(info, dict) or not info.get("dir_info", {}).get("editable"):
         return None
     url = urlparse(info.get("url", ""))
     return Path(unquote(url.path)) if url.scheme == "file" else None
 
 
-def _dist_info(dist: md.Distribution) -> Path:
-    return Path(getattr(dist, "_path", dist.locate_file("")))
-
-
-def _read(dist: md.Distribution, package: str) -> Distribution:
-    dist_info = _dist_info(dist)
+def _read(dist_info: Path, package: str) -> Distribution:
     try:
-        name, version = dist.metadata["Name"], dist.version
+        fields = finder.metadata(str(dist_info))
     except (UnicodeDecodeError, OSError) as exc:
         raise EnvironmentProblem(f"{dist_info}/METADATA is unreadable ({exc}): reinstall the distribution") from None
+    name, version = fields.get("Name"), fields.get("Version")
     if not name or not version:
         raise EnvironmentProblem(f"{dist_info}/METADATA has no Name or Version: reinstall the distribution")
-    editable_root = _editable_root(dist)
-    files_root = editable_root or Path(dist.locate_file(""))
-    commit = _commit(dist, files_root / package / "_version.py", version, editable_root)
+    editable_root = _editable_root(dist_info)
+    files_root = editable_root or dist_info.parent
+    commit = _commit(dist_info, files_root / package / "_version.py", version, editable_root)
     return Distribution(
         name=canonical(name),
         package=package,
@@ -90,7 +93,7 @@ def _read(dist: md.Distribution, package: str) -> Distribution:
     )
 
 
-def _commit(dist: md.Distribution, version_py: Path, version: str, editable_root: Path | None) -> Commit:
+def _commit(dist_info: Path, version_py: Path, version: str, editable_root: Path | None) -> Commit:
     unreadable = ""
     try:
         found = commits.from_version_py(version_py)
@@ -101,7 +104,7 @@ def _commit(dist: md.Distribution, version_py: Path, version: str, editable_root
     found = commits.from_local_version(version)
     if found:
         return Commit(found, "local version label")
-    found = commits.from_direct_url(dist.read_text("direct_url.json"))
+    found = commits.from_direct_url(_read_text(dist_info, "direct_url.json"))
     if found:
         return Commit(found, "direct_url.json vcs_info")
     if editable_root is not None:
@@ -127,21 +130,20 @@ class Environment:
             raise EnvironmentProblem(f"{named} {site}: no such directory", path=str(site))
         found: dict[str, Distribution] = {}
         wanted = {canonical(n): pkg for n, pkg in packages.items()}
+        entries = list(sys.path) if site is None else [str(site)]
         for name, package in wanted.items():
-            # The finder matches dist-info names, so nothing else on the path is read.
-            query = {"name": name} if site is None else {"name": name, "path": [str(site)]}
-            dists = list(md.distributions(**query))
+            dists = [Path(d) for d in finder.find(name, entries)]
             if not dists:
                 continue
-            first = _dist_info(dists[0])  # the first on the path wins, as for imports
-            twins = [_dist_info(d) for d in dists[1:] if _dist_info(d).parent == first.parent]
+            first = dists[0]  # the first on the path wins, as for imports
+            twins = [d for d in dists[1:] if d.parent == first.parent]
             if twins:
                 names = ", ".join(p.name for p in (first, *twins))
                 raise EnvironmentProblem(
                     f"{first.parent} has {len(twins) + 1} installs of {name} ({names}): "
                     "remove the stale dist-info (pip would not know which one it uninstalls)"
                 )
-            found[name] = _read(dists[0], package)
+            found[name] = _read(first, package)
         return cls(site, found, tuple(wanted))
 
     def get(self, name: str) -> Distribution:

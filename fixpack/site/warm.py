@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from ..core.fingerprint import sha256
+from . import finder
 from .layout import JOURNAL, MANIFEST, STATE_DIR_NAME
 
 FORMAT = 1
@@ -98,24 +99,6 @@ def make_stamp(
     }
 
 
-def _normalize(name: str) -> str:
-    return "_".join(p for p in name.lower().replace("-", "_").replace(".", "_").split("_") if p)
-
-
-def _dist_dirs(entry: str) -> dict[str, list[str]]:
-    """Normalized name -> the dist-info/egg-info folders in one path entry, as importlib.metadata sees them."""
-    out: dict[str, list[str]] = {}
-    try:
-        names = os.listdir(entry or ".")
-    except OSError:
-        return out
-    for child in names:
-        low = child.lower()
-        if low.endswith((".dist-info", ".egg-info")):
-            out.setdefault(_normalize(low.rpartition(".")[0].partition("-")[0]), []).append(os.path.join(entry, child))
-    return out
-
-
 class Request:
     """What ``apply_all.py ARGS`` asks, when the warm path can answer it."""
 
@@ -179,10 +162,10 @@ def _dists_hold(stamp: dict, site: str | None) -> bool:
     """The distributions the stamp was made for are still the ones apply would find, unchanged."""
     entries = [site] if site is not None else list(sys.path)
     for dist in stamp["dists"]:
-        want = _normalize(dist["name"])
+        want = finder.normalize(dist["name"])
         first = None
         for entry in entries:
-            found = _dist_dirs(entry).get(want)
+            found = finder.dist_dirs(entry).get(want)
             if found:
                 first = found
                 break
