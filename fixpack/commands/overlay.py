@@ -98,10 +98,9 @@ def overlay_files(
         rel = f"{MODULES}/{path}" if content is not None else None
         if content is not None and rel is not None:
             out[rel] = content
-            code = rebuilt.code.get(path)
-            compiled = plugin.pyc(rel, content) if code is not None else None
-            if compiled is not None and code is not None:
-                out[compiled[0]] = hash_based_pyc(code, content)
+            code, pyc = rebuilt.code.get(path), plugin.pyc_path(rel)
+            if code is not None and pyc is not None:
+                out[pyc] = hash_based_pyc(code, content)
             targets[str(overlay.root / rel)] = record.applied
         f = files[path]
         original = f.dist.file(path)

@@ -8,11 +8,11 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import CodeType
 
 from ..cookbook.catalog import Catalog
 from ..core import rebuild, recognise
 from ..core.bytecode import hash_based_pyc
+from ..core.compiling import compile_all
 from ..core.fingerprint import patch_digest, sha256
 from ..core.plan import pack_chain
 from ..errors import FixpackError, Refused
@@ -164,24 +164,21 @@ class Rebuilt:
     new: dict[str, bytes | None]  # path -> new content (None: removed)
     records: dict[str, FileRecord]  # the manifest's record of each file a fix changes
     counts: Counts
-    code: dict[str, CodeType]  # the compile check's code object of each patched module
+    code: dict[str, bytes]  # the compile check's marshalled code object of each patched module
 
 
 def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...]) -> Rebuilt:
     """New content and manifest record of every file, for the fixes ``fix_ids`` of the plan.
     Raises Refused for a change that does not apply or a result that does not compile."""
     out = Rebuilt({}, {}, {}, {})
+    last: dict[str, Change] = {}
     for path, f in files.items():
         changes = [pc.change for pc in plan.changes_for(path) if pc.change.fix_id in fix_ids]
         content = rebuild.build(f.base.pristine, changes)
         out.new[path] = content
         if not changes:  # the file goes back to the release's bytes, recognised by their hash
             continue
-        code, problem = rebuild.compiled(path, content)
-        if problem:
-            raise rebuild.failed(changes[-1], f"the result does not compile: {problem}")
-        if code is not None:
-            out.code[path] = code
+        last[path] = changes[-1]
         out.records[path] = FileRecord(
             f.dist.name,
             sha256(f.base.pristine),
@@ -191,6 +188,12 @@ def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[st
         )
         for c in changes:
             out.counts.setdefault(c.fix_id, []).append((path, *rebuild.line_counts(c)))
+    keep = not (sys.dont_write_bytecode or sys.pycache_prefix)  # no bytecode is written: check only
+    for path, (code, problem) in compile_all({p: out.new[p] for p in last}, keep).items():
+        if problem:
+            raise rebuild.failed(last[path], f"the result does not compile: {problem}")
+        if code is not None:
+            out.code[path] = code
     return out
 
 

@@ -4,7 +4,6 @@ first import in every process loads it instead of compiling the source again. Pu
 from __future__ import annotations
 
 import importlib.util
-import marshal
 from types import CodeType
 
 __all__ = ["compile_module", "hash_based_pyc"]
@@ -17,8 +16,8 @@ def compile_module(path: str, content: bytes) -> CodeType:
     return compile(content, path, "exec", dont_inherit=True)
 
 
-def hash_based_pyc(code: CodeType, source: bytes) -> bytes:
-    """A checked hash-based ``.pyc`` (PEP 552): valid wherever the source is copied, and never
-    used once the source changes, since the import system checks the hash."""
+def hash_based_pyc(code: bytes, source: bytes) -> bytes:
+    """A checked hash-based ``.pyc`` (PEP 552) of the marshalled ``code``: valid wherever the
+    source is copied, and never used once the source changes, since the import system checks the hash."""
     header = importlib.util.MAGIC_NUMBER + _CHECKED_HASH.to_bytes(4, "little") + importlib.util.source_hash(source)
-    return header + marshal.dumps(code)
+    return header + code

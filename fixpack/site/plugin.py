@@ -13,6 +13,7 @@ import base64
 import hashlib
 import importlib.util
 import json
+import marshal
 import sys
 from pathlib import Path
 
@@ -48,12 +49,19 @@ def index(mode: str, profile: str | None, release: str | None, fixes: tuple[str,
     return (json.dumps(data, indent=1) + "\n").encode()
 
 
-def pyc(source_path: str, content: bytes) -> tuple[str, bytes] | None:
-    """The hash-based .pyc of a module (path relative to its root) where this Python writes one."""
+def pyc_path(source_path: str) -> str | None:
+    """Where a module's bytecode goes (path relative to its root), if this Python writes any."""
     if sys.dont_write_bytecode or sys.pycache_prefix or not source_path.endswith(".py"):
         return None
-    code = compile_module(source_path, content)
-    return importlib.util.cache_from_source(source_path), hash_based_pyc(code, content)
+    return importlib.util.cache_from_source(source_path)
+
+
+def pyc(source_path: str, content: bytes) -> tuple[str, bytes] | None:
+    """The hash-based .pyc of a module (path relative to its root) where this Python writes one."""
+    path = pyc_path(source_path)
+    if path is None:
+        return None
+    return path, hash_based_pyc(marshal.dumps(compile_module(source_path, content)), content)
 
 
 def _row(rel: str, content: bytes) -> str:
