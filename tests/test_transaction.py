@@ -334,3 +334,23 @@ def test_kill_9_at_random_moments_leaves_before_or_after(cookbook, site):
         assert states == ({"applied"} if applied else set()), (seed, i, states)
         assert not (site.path / ".fixpack" / "journal").exists()
     print(f"kill -9 loop: seed {seed}, {interrupted} of 15 kills left a journal")
+
+
+def test_a_copy_of_bytes_already_on_disk_is_a_link_to_them(tmp_path):
+    from fixpack.site import transaction
+
+    state, target, other = tmp_path / ".fixpack", tmp_path / "m.py", tmp_path / "o.py"
+    target.write_bytes(b"old\n")
+    other.write_bytes(b"other\n")
+    copy, second = state / "pristine" / "m.py", state / "pristine" / "o.py"
+    writes = [
+        transaction.Write(target, b"new\n"),
+        transaction.Write(copy, b"old\n", same_as=target),  # the target's old bytes, though it changes first
+        transaction.Write(second, b"not other\n", same_as=other),  # other bytes: written as a copy
+    ]
+    old_inode = target.stat().st_ino
+    transaction.check(state, writes, {"site": tmp_path})
+    transaction.commit(state, writes, {"site": tmp_path})
+    assert (target.read_bytes(), copy.read_bytes(), second.read_bytes()) == (b"new\n", b"old\n", b"not other\n")
+    assert copy.stat().st_ino == old_inode and copy.stat().st_nlink == 1  # the old file, and no journal left
+    assert second.stat().st_ino != other.stat().st_ino

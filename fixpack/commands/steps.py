@@ -222,7 +222,7 @@ def write_set(
         if keep is not None:
             kept[path] = keep
         if keep != f.stored:
-            writes.append(Write(pristine_copy(state_dir, path), keep))
+            writes.append(Write(pristine_copy(state_dir, path), keep, same_as=f.dist.file(path)))
     rows = {p.relative_to(state_dir.parent).as_posix(): c for p, c in runtime.items() if c is not None}
     record_writes, records = _records(files, new, new_manifest, old_manifest, state_dir, dists, kept, rows)
     writes += record_writes
@@ -291,7 +291,7 @@ def _records(
         if record != current:
             writes.append(Write(d.dist_info / "RECORD", record))
         if keep != read_file(pristine_copy(state_dir, _record_key(d))):
-            writes.append(Write(pristine_copy(state_dir, _record_key(d)), keep))
+            writes.append(Write(pristine_copy(state_dir, _record_key(d)), keep, same_as=d.dist_info / "RECORD"))
     return writes, records
 
 

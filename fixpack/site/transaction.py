@@ -48,6 +48,7 @@ _BACKUP = re.compile(r"^[0-9]+\.bak$")
 class Write:
     path: Path
     content: bytes | None  # None: remove the file
+    same_as: Path | None = None  # a file that may hold exactly ``content`` now: then it is linked, not copied
 
 
 @dataclass(frozen=True)
@@ -159,11 +160,14 @@ def _commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], counte
             files.backup(w.path, journal / entry.backup)
             counter.wrote()
     fsync_dir(journal)  # every backup is durable before the first target changes
+    linked = _link_copies(writes)
     folders: dict[Path, None] = {}
     for w in writes:
         if w.content is None:
             with contextlib.suppress(FileNotFoundError):
                 w.path.unlink()
+        elif w.path in linked:
+            os.replace(tmp_name(w.path), w.path)
         else:
             w.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(w.path, w.content, like=w.path, sync_dir=False)
@@ -174,6 +178,28 @@ def _commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], counte
         fsync_dir(folder)
     _clear_journal(journal)
     _prune(state_dir)
+
+
+def _link_copies(writes: list[Write]) -> set[Path]:
+    """The writes whose ``same_as`` holds exactly their bytes, each given a hard link to it as its
+    temporary file now, before any target changes: the pristine copy of a file about to be
+    patched is its old inode (targets are replaced by renaming, never written in place), with no
+    bytes to write or sync. Anything else (another file system, other bytes) is written as usual."""
+    linked = set()
+    for w in writes:
+        if w.same_as is None or w.content is None:
+            continue
+        tmp = tmp_name(w.path)
+        try:
+            if w.same_as.read_bytes() != w.content:
+                continue
+            w.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.unlink(missing_ok=True)
+            os.link(w.same_as, tmp)
+        except OSError:
+            continue
+        linked.add(w.path)
+    return linked
 
 
 def _prune(state_dir: Path) -> None:
