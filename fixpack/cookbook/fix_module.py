@@ -119,12 +119,12 @@ def transforms_file(fix_dir: Path, release: str) -> Path | None:
 
 def skeleton(fix_id: str, release: str, on_top_of: list[str]) -> str:
     text = textwrap.dedent(
-        f'''\
+        f"""\
         id = "{fix_id}"
         title = "TODO: one line, as the upstream commit's subject"
-        why = """
+        why = '''
         TODO: what breaks and where (file, function), the mechanism, and what the change does.
-        """
+        '''
         requires = []
         conflicts = []
         opt_in = false
@@ -141,7 +141,7 @@ def skeleton(fix_id: str, release: str, on_top_of: list[str]) -> str:
 
         [release."{release}"]
         patch = "{release}.patch"
-        '''
+        """
     )
     if not on_top_of:
         return text
