@@ -21,7 +21,6 @@ from ..site import plugin, warm
 from ..site.destination import InPlace
 from ..site.distributions import Distribution
 from ..site.manifest import Manifest
-from .overlay import apply_overlay
 from .results import FixResult, Result
 from .steps import (
     InstalledFile,
@@ -61,6 +60,8 @@ def apply(
         if name not in catalog.fixes:
             raise UsageError(f"unknown fix {name!r}{suggest(name, list(profile.pack))}", fix_id=name)
     if overlay is not None:
+        from .overlay import apply_overlay  # the in-place apply of a container start does without it
+
         return apply_overlay(catalog, profile, asked, site, overlay, dry_run, allow_unpinned, render)
     env, dists = installed(profile, site)
     commit_notes = check_commits(profile, dists, allow_unpinned)

@@ -5,7 +5,6 @@ text that ``record`` and ``port`` write."""
 from __future__ import annotations
 
 import re
-import textwrap
 from pathlib import Path
 
 from ..core.patch import index
@@ -118,6 +117,8 @@ def transforms_file(fix_dir: Path, release: str) -> Path | None:
 
 
 def skeleton(fix_id: str, release: str, on_top_of: list[str]) -> str:
+    import textwrap  # record only; the catalog, on every apply, does not need it
+
     text = textwrap.dedent(
         f"""\
         id = "{fix_id}"

@@ -4,8 +4,8 @@ written here."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 from ..models import FileRecord
 
@@ -39,7 +39,7 @@ class Manifest:
             "profile": self.profile,
             "release": self.release,
             "fixes": list(self.fixes),
-            "time": self.time or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "time": self.time or time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
             "files": {
                 path: {
                     "dist": r.dist,

@@ -10,8 +10,6 @@ patch's bytes, except in one case (see ``_to_crlf``).
 
 from __future__ import annotations
 
-import difflib
-
 from .model import ENC, ERRORS, FileDiff, body, key, split_lines
 
 
@@ -86,6 +84,8 @@ def _nearest(lines: list[str], start: int, want: tuple[str, ...]) -> str:
     """The window of the file most like the hunk's lines, as a small diff, for a refusal message."""
     if not want or not lines:
         return ""
+    import difflib  # only when a hunk fails: a cold apply that succeeds does without it
+
     bodies = [body(x) for x in want]
     start = min(max(start, 0), len(lines) - 1)
     best, best_at = -1.0, start

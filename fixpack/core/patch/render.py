@@ -6,8 +6,6 @@ change of line ending is a change. Names are quoted as git quotes them.
 
 from __future__ import annotations
 
-import difflib
-
 from .model import ENC, ERRORS, split_lines
 
 _NAMED = {7: "a", 8: "b", 9: "t", 10: "n", 11: "v", 12: "f", 13: "r", 34: '"', 92: "\\"}
@@ -66,6 +64,8 @@ def render(path: str, before: bytes | None, after: bytes | None, context: int = 
         f"--- {'/dev/null' if before is None else _side('a/' + path)}\n",
         f"+++ {'/dev/null' if after is None else _side('b/' + path)}\n",
     ]
+    import difflib  # diff, record and verify render; an apply does not
+
     for group in difflib.SequenceMatcher(None, a, b).get_grouped_opcodes(context):
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
         out.append(f"@@ -{_range(i1, i2 - i1)} +{_range(j1, j2 - j1)} @@\n")
