@@ -22,8 +22,14 @@ def two_cores(monkeypatch):
     monkeypatch.setattr(compiling, "_cores", lambda: 2)
 
 
-def test_the_largest_goes_to_a_child_and_the_results_are_the_same(two_cores):
-    assert compiling._split(SOURCES)[0] == ["pkg/big.py"]
+def test_a_large_module_goes_to_a_child_at_once_and_the_results_are_the_same(two_cores):
+    compiler = compiling.Compiler()
+    compiler.add("pkg/small.py", SOURCES["pkg/small.py"])
+    assert compiler.child is None  # compiled here, when the results are asked for
+    compiler.add("pkg/big.py", BIG)
+    assert compiler.child is not None and compiler.child[2] == "pkg/big.py"  # forked at once
+    order = ["pkg/small.py", "pkg/big.py"]
+    assert compiler.results() == {p: serial(SOURCES)[p] for p in order} and compiler.child is None
     results = compiling.compile_all(SOURCES)
     assert list(results) == list(SOURCES) and results == serial(SOURCES)
     code = marshal.loads(results["pkg/big.py"][0])
@@ -52,3 +58,13 @@ def test_a_child_that_dies_is_made_up_for_here(two_cores, monkeypatch):
 
     monkeypatch.setattr(compiling, "_compile", dying)
     assert compiling.compile_all(SOURCES) == serial(SOURCES)
+
+
+def test_a_check_whose_results_are_not_wanted_leaves_no_child(two_cores):
+    compiler = compiling.Compiler()
+    compiler.add("pkg/big.py", BIG)
+    pid = compiler.child[0]
+    compiler.close()
+    assert compiler.child is None
+    with pytest.raises(ChildProcessError):  # reaped already
+        os.waitpid(pid, os.WNOHANG)

@@ -82,32 +82,39 @@ def apply(
             return result
         paths = list(dict.fromkeys([*plan.paths(), *manifest.files]))
         files = recognise_files(catalog.fixes, profile, dists, manifest, paths, destination.state_dir)
+        rebuilt = None
         try:
             refuse_drift(files, plan, manifest.files)
-            rebuilt = rebuild_files(plan, files, plan.fix_ids)
+            # The compile check goes on (in a child, for a large module) while the writes are worked
+            # out below; it is waited for before anything is written.
+            rebuilt = rebuild_files(plan, files, plan.fix_ids, wait=False)
+            for fix in plan.fixes:
+                done = all(_still_applied(c, files[c.path], manifest) for c in fix.changes[profile.release])
+                action = Action.ALREADY_APPLIED if done else (Action.WOULD_APPLY if dry_run else Action.APPLIED)
+                pulled_in_by = plan.pulled_in.get(fix.id)
+                result.fixes.append(FixResult(fix.id, action, None, rebuilt.counts.get(fix.id, []), pulled_in_by))
+            new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records)
+            runtime = plugin.in_place(site_dir, new_manifest, list(dists.values()))
+
+            def stamp() -> dict:  # how the all-applied state this apply leaves is recognised next time
+                done = Result("apply", profile.name, already_applied(plan), [*commit_notes, *pulled_in_notes(plan)])
+                key = warm.request_key(catalog.root, profile.name, list(asked), site, allow_unpinned)
+                targets = _targets(rebuilt.records, dists)
+                targets.update({str(p): sha256(c) for p, c in runtime.items() if c is not None})
+                return warm.make_stamp(key, list(dists.values()), destination.state_dir, targets, render(done))
+
+            state_dir, installed_dists = destination.state_dir, list(dists.values())
+            writes = write_set(
+                files, rebuilt, new_manifest, manifest, state_dir, installed_dists, stamp if render else None, runtime
+            )
+            rebuilt.checked()
         except Refused as refused:
             result.error = nothing_changed(refused)
             result.fixes = refused_results(plan, refused)
             return result
-        for fix in plan.fixes:
-            done = all(_still_applied(c, files[c.path], manifest) for c in fix.changes[profile.release])
-            action = Action.ALREADY_APPLIED if done else (Action.WOULD_APPLY if dry_run else Action.APPLIED)
-            pulled_in_by = plan.pulled_in.get(fix.id)
-            result.fixes.append(FixResult(fix.id, action, None, rebuilt.counts.get(fix.id, []), pulled_in_by))
-        new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records)
-        runtime = plugin.in_place(site_dir, new_manifest, list(dists.values()))
-
-        def stamp() -> dict:  # how the all-applied state this apply leaves is recognised next time
-            done = Result("apply", profile.name, already_applied(plan), [*commit_notes, *pulled_in_notes(plan)])
-            key = warm.request_key(catalog.root, profile.name, list(asked), site, allow_unpinned)
-            targets = _targets(rebuilt.records, dists)
-            targets.update({str(p): sha256(c) for p, c in runtime.items() if c is not None})
-            return warm.make_stamp(key, list(dists.values()), destination.state_dir, targets, render(done))
-
-        state_dir, installed_dists = destination.state_dir, list(dists.values())
-        writes = write_set(
-            files, rebuilt, new_manifest, manifest, state_dir, installed_dists, stamp if render else None, runtime
-        )
+        finally:  # refused, or anything else on the way: the compile check's child is not left behind
+            if rebuilt is not None:
+                rebuilt.discard()
         if dry_run:
             destination.check(writes)
             return result

@@ -6,13 +6,13 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..cookbook.catalog import Catalog
 from ..core import rebuild, recognise
 from ..core.bytecode import hash_based_pyc
-from ..core.compiling import compile_all
+from ..core.compiling import Compiler
 from ..core.fingerprint import patch_digest, sha256
 from ..core.plan import pack_chain
 from ..errors import FixpackError, Refused
@@ -165,20 +165,50 @@ class Rebuilt:
     records: dict[str, FileRecord]  # the manifest's record of each file a fix changes
     counts: Counts
     code: dict[str, bytes]  # the compile check's marshalled code object of each patched module
+    compiling: Compiler | None = None  # the compile check, until ``checked``
+    last: dict[str, Change] = field(default_factory=dict)  # the last change to each patched file
+
+    def checked(self) -> Rebuilt:
+        """Wait for the compile check; Refused, naming the last change, for a file that does not compile."""
+        if self.compiling is not None:
+            results, self.compiling = self.compiling.results(), None
+            for path, (code, problem) in results.items():
+                if problem:
+                    raise rebuild.failed(self.last[path], f"the result does not compile: {problem}")
+                if code is not None:
+                    self.code[path] = code
+        return self
+
+    def discard(self) -> None:
+        """The compile check's result is not wanted (the apply was refused): its child is reaped."""
+        if self.compiling is not None:
+            self.compiling.close()
+            self.compiling = None
 
 
-def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...]) -> Rebuilt:
+def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...], wait: bool = True) -> Rebuilt:
     """New content and manifest record of every file, for the fixes ``fix_ids`` of the plan.
-    Raises Refused for a change that does not apply or a result that does not compile."""
-    out = Rebuilt({}, {}, {}, {})
-    last: dict[str, Change] = {}
+    Raises Refused for a change that does not apply or (``wait``; else at ``checked``) a result
+    that does not compile. A large module's compile check starts as soon as it is built."""
+    keep = not (sys.dont_write_bytecode or sys.pycache_prefix)  # no bytecode is written: check only
+    out = Rebuilt({}, {}, {}, {}, Compiler(keep))
+    try:
+        _build_into(out, plan, files, fix_ids)
+    except BaseException:
+        out.discard()
+        raise
+    return out.checked() if wait else out
+
+
+def _build_into(out: Rebuilt, plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...]) -> None:
     for path, f in files.items():
         changes = [pc.change for pc in plan.changes_for(path) if pc.change.fix_id in fix_ids]
         content = rebuild.build(f.base.pristine, changes)
         out.new[path] = content
         if not changes:  # the file goes back to the release's bytes, recognised by their hash
             continue
-        last[path] = changes[-1]
+        out.compiling.add(path, content)  # type: ignore[union-attr]
+        out.last[path] = changes[-1]
         out.records[path] = FileRecord(
             f.dist.name,
             sha256(f.base.pristine),
@@ -188,13 +218,6 @@ def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[st
         )
         for c in changes:
             out.counts.setdefault(c.fix_id, []).append((path, *rebuild.line_counts(c)))
-    keep = not (sys.dont_write_bytecode or sys.pycache_prefix)  # no bytecode is written: check only
-    for path, (code, problem) in compile_all({p: out.new[p] for p in last}, keep).items():
-        if problem:
-            raise rebuild.failed(last[path], f"the result does not compile: {problem}")
-        if code is not None:
-            out.code[path] = code
-    return out
 
 
 def write_set(
@@ -243,7 +266,7 @@ def _bytecode(targets: list[Write], files: dict[str, InstalledFile], rebuilt: Re
         return []
     written = {w.path for w in targets}
     out = []
-    for path, code in rebuilt.code.items():
+    for path, code in rebuilt.checked().code.items():
         target = files[path].dist.file(path)
         content = rebuilt.new[path]
         if target in written and content is not None:

@@ -1,19 +1,22 @@
-"""The compile check of several modules at once: the largest in a forked child while this process
-compiles the rest, so that on two cores the check takes about as long as its largest module
-(hpu_model_runner.py: 70 of the 105 ms for the v0.26.0 pack). Bytes in, marshalled code out.
+"""The compile check of several modules, started as each is ready: the first large module goes to
+a forked child at once, and the rest are compiled here when the results are asked for, while the
+child works. On two cores the check then takes about as long as its largest module
+(hpu_model_runner.py: 70 of the 105 ms for the v0.26.0 pack), and the caller's own work between
+``add`` and ``results`` is hidden behind it. Bytes in, marshalled code out.
 
-The child only compiles and writes its results to a pipe; it never touches a file. Without
+The child only compiles and writes its result to a pipe; it never touches a file. Without
 ``os.fork``, on one core, or when the child fails in any way, everything is compiled here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import os
 
 from .rebuild import compiled
 
-__all__ = ["Compiled", "compile_all"]
+__all__ = ["Compiled", "Compiler", "compile_all"]
 
 Compiled = tuple[bytes | None, str | None]  # marshalled code object (when kept), or why it does not compile
 
@@ -29,47 +32,64 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def _split(sources: dict[str, bytes | None]) -> tuple[list[str], list[str]]:
-    """The child's share (largest first, up to half the bytes) and this process's."""
-    size = {p: len(c or b"") for p, c in sources.items()}
-    child: list[str] = []
-    half = sum(size.values()) / 2
-    for path in sorted(size, key=size.__getitem__, reverse=True):
-        if size[path] < _WORTH_A_CHILD or sum(size[p] for p in child) + size[path] > max(half, size[path]):
-            break
-        child.append(path)
-    return child, [p for p in sources if p not in child]
+class Compiler:
+    """``add`` each module as it is built; ``results`` once, when they are needed."""
 
+    def __init__(self, keep: bool = True) -> None:
+        self.keep = keep  # False: check only (no bytecode will be written)
+        self.sources: dict[str, bytes | None] = {}
+        self.child: tuple[int, int, str] | None = None  # pid, the pipe's read end, the module it compiles
 
-def compile_all(sources: dict[str, bytes | None], keep: bool = True) -> dict[str, Compiled]:
-    """path -> (marshalled code, None) or (None, the compile error), in the order given; a file
-    that is not a Python module (or is removed) gives (None, None). ``keep=False``: check only."""
-    child, here = _split(sources) if hasattr(os, "fork") and _cores() > 1 else ([], list(sources))
-    results: dict[str, Compiled] = {}
-    if child:
+    def add(self, path: str, content: bytes | None) -> None:
+        self.sources[path] = content
+        if self.child is None and len(content or b"") >= _WORTH_A_CHILD and hasattr(os, "fork") and _cores() > 1:
+            self.child = self._fork(path, content)
+
+    def _fork(self, path: str, content: bytes | None) -> tuple[int, int, str]:
         read, write = os.pipe()
         pid = os.fork()
-        if pid == 0:  # the child: compile its share, send it, and leave without any clean-up
+        if pid == 0:  # the child: compile, send, and leave without any clean-up
             status = 1
             try:
                 os.close(read)
-                data = marshal.dumps([(p, *_compile(p, sources[p], keep)) for p in child])
                 with os.fdopen(write, "wb") as out:
-                    out.write(data)
+                    out.write(marshal.dumps(_compile(path, content, self.keep)))
                 status = 0
             finally:
                 os._exit(status)
         os.close(write)
-        results.update((p, _compile(p, sources[p], keep)) for p in here)
-        with os.fdopen(read, "rb") as got:
-            data = got.read()
-        _, status = os.waitpid(pid, 0)
-        try:
-            sent = marshal.loads(data) if os.waitstatus_to_exitcode(status) == 0 else []
-        except (EOFError, ValueError, TypeError):
-            sent = []
-        results.update((p, (code, problem)) for p, code, problem in sent)
-    for path in sources:  # this process's share, and anything the child did not send
-        if path not in results:
-            results[path] = _compile(path, sources[path], keep)
-    return {p: results[p] for p in sources}
+        return pid, read, path
+
+    def close(self) -> None:
+        """Drop the child's result, if any, and reap it: the results are not wanted (a refusal)."""
+        if self.child is not None:
+            pid, read, _ = self.child
+            self.child = None
+            os.close(read)
+            os.waitpid(pid, 0)
+
+    def results(self) -> dict[str, Compiled]:
+        """path -> (marshalled code, None) or (None, the compile error), in the order added; a file
+        that is not a Python module (or is removed) gives (None, None)."""
+        theirs = self.child[2] if self.child is not None else None
+        out = {p: _compile(p, c, self.keep) for p, c in self.sources.items() if p != theirs}
+        if self.child is not None:
+            pid, read, path = self.child
+            self.child = None
+            with os.fdopen(read, "rb") as got:
+                data = got.read()
+            _, status = os.waitpid(pid, 0)
+            sent = None
+            if os.waitstatus_to_exitcode(status) == 0:
+                with contextlib.suppress(EOFError, ValueError, TypeError):
+                    sent = marshal.loads(data)
+            out[path] = tuple(sent) if sent is not None else _compile(path, self.sources[path], self.keep)  # type: ignore[assignment]
+        return {p: out[p] for p in self.sources}
+
+
+def compile_all(sources: dict[str, bytes | None], keep: bool = True) -> dict[str, Compiled]:
+    """The compile check of ``sources`` at once (see :class:`Compiler`)."""
+    compiler = Compiler(keep)
+    for path, content in sources.items():
+        compiler.add(path, content)
+    return compiler.results()
