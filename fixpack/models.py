@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+
+from .structs import field, struct
 
 __all__ = [
     "PROOF_LEVELS",
@@ -88,7 +89,7 @@ class ProofState(Word):
     NOT_RUN = "not-run"
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Fingerprint:
     """sha256 of one file: in the release (``pristine``), before and after this change in pack order."""
 
@@ -97,7 +98,7 @@ class Fingerprint:
     after: str
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Change:
     """One file edit of a fix on one release."""
 
@@ -110,14 +111,14 @@ class Change:
     deletes: bool = False
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Upstream:
     status: str
     ref: str = ""
     note: str = ""
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Proof:
     level: str  # one of PROOF_LEVELS, as the fix claims it
     reason: str = ""
@@ -125,7 +126,7 @@ class Proof:
     harmless: tuple[tuple[str, str], ...] = ()  # (mutant id, why): survivors of verify --mutants explained
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Fix:
     id: str
     title: str
@@ -145,7 +146,7 @@ class Fix:
         return tuple(self.changes)
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Pin:
     """A distribution a release pins: name, import package, version and accepted commits."""
 
@@ -155,7 +156,7 @@ class Pin:
     commits: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Profile:
     name: str
     release: str
@@ -173,7 +174,7 @@ class Profile:
         return next((p for p in self.pins if p.package == top), None)
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class FileRecord:
     """What the manifest records of one patched file."""
 
@@ -184,13 +185,13 @@ class FileRecord:
     patches: tuple[str, ...] = ()  # sha256 of each of those changes' patch text: a new cookbook shows
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class PlannedChange:
     change: Change
     dist: str
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Plan:
     """A profile and opt-ins resolved to fixes in pack order, and their changes in that order."""
 

@@ -8,7 +8,6 @@ the pinned commit as ``base-commit``, so that ``git am`` takes the series in a c
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import format_datetime
 
@@ -17,6 +16,7 @@ from ..cookbook.catalog import Catalog
 from ..core.plan import resolve, restrict
 from ..errors import UsageError
 from ..models import Fix, Plan, Profile
+from ..structs import struct
 
 __all__ = ["Message", "messages", "unified", "mbox", "upstream_status", "export"]
 
@@ -29,7 +29,7 @@ _STATUS = {
 }
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Message:
     fix: Fix
     dist: str

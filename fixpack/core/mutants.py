@@ -19,14 +19,13 @@ the fix's result. Pure: bytes in, mutants out.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import io
 import keyword
 import tokenize
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from itertools import zip_longest
 
+from ..structs import replace, struct
 from . import patch
 from .fingerprint import of
 from .patch import FileDiff, Hunk
@@ -41,7 +40,7 @@ _KINDS = ("cmp", "index", "const", "arg")
 _GENERIC = {"list", "dict", "tuple", "set", "frozenset", "type", "Optional", "Union", "Callable"}
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Target:
     """One file diff of a fix and the bytes it applies to (in pack order: after the fixes before it)."""
 
@@ -49,7 +48,7 @@ class Target:
     before: bytes | None
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Mutant:
     id: str  # stable, from the patch's content: "h2:revert", "h1:+3:cmp:<="
     description: str
@@ -58,7 +57,7 @@ class Mutant:
     after: bytes | None  # ``diff`` applied to the target's ``before``
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class _Slip:
     """One token change in one line: the id's detail, and the line as it becomes."""
 
@@ -235,8 +234,8 @@ def _added_rows(fd: FileDiff, before: bytes | None) -> list[list[int]]:
         lines = tuple(
             (tag, f"\x00{k}:{j}\x00\n" if tag == "+" else text) for j, (tag, text) in enumerate(hunk.lines)
         )
-        marked.append(dataclasses.replace(hunk, lines=lines))
-    out = patch.apply(dataclasses.replace(fd, hunks=tuple(marked)), before)
+        marked.append(replace(hunk, lines=lines))
+    out = patch.apply(replace(fd, hunks=tuple(marked)), before)
     rows: list[list[int]] = [[] for _ in fd.hunks]
     for row, line in enumerate(patch.split_lines((out or b"").decode(patch.ENC, patch.ERRORS)), 1):
         if line.startswith("\x00"):
@@ -263,7 +262,7 @@ def _with_line(hunk: Hunk, added: int, text: str) -> Hunk:
     plus = [i for i, (tag, _) in enumerate(hunk.lines) if tag == "+"]
     lines = list(hunk.lines)
     lines[plus[added]] = ("+", text)
-    return dataclasses.replace(hunk, lines=tuple(lines))
+    return replace(hunk, lines=tuple(lines))
 
 
 def _interleave(*queues: Sequence[Mutant]) -> Iterator[Mutant]:
@@ -288,7 +287,7 @@ def _candidates(targets: Sequence[Target]) -> Iterator[Mutant]:
         for k, hunk in enumerate(fd.hunks):
             number += 1
             rest = fd.hunks[:k] + fd.hunks[k + 1 :]
-            left = dataclasses.replace(fd, hunks=rest) if rest else None
+            left = replace(fd, hunks=rest) if rest else None
             reverted = target.before if left is None else patch.apply(left, target.before)
             if code is None or _code(reverted) != code:  # a hunk of comments and docstrings runs nothing
                 what = f"{path}: hunk {number} (@@ -{hunk.old_start}) left out"
@@ -305,7 +304,7 @@ def _candidates(targets: Sequence[Target]) -> Iterator[Mutant]:
                         mid = base if seen[base] == 1 else f"{base}#{seen[base]}"
                         new = slip.text + line[len(body) :]
                         hunks = (*fd.hunks[:k], _with_line(hunk, j, new), *fd.hunks[k + 1 :])
-                        mutated = dataclasses.replace(fd, hunks=hunks)
+                        mutated = replace(fd, hunks=hunks)
                         mutated_after = "".join(lines[: row - 1] + [new] + lines[row:]).encode(patch.ENC, patch.ERRORS)
                         what = f"{path}:{row}: {body.strip()}  ->  {slip.text.strip()}"
                         by_kind[kind].append(Mutant(mid, what, path, mutated, mutated_after))

@@ -10,13 +10,14 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
+
+from ..structs import struct
 
 _LOCAL_SHA = re.compile(r"(?:^|[.+])g([0-9a-f]{7,40})(?:\.|$)")
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Commit:
     id: str | None  # lower-case hex, possibly abbreviated; None when it could not be read
     source: str  # where it came from, for messages: "_version.py", "local version label", ...

@@ -26,11 +26,11 @@ import os
 import re
 import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.fingerprint import sha256
 from ..errors import EnvironmentProblem
+from ..structs import struct
 from . import confine, files
 from .files import CrashCounter, atomic_write, fsync_dir, remove, remove_bytecode, stale_bytecode, tmp_name
 from .layout import JOURNAL, JOURNAL_INDEX
@@ -44,14 +44,14 @@ _HASH = re.compile(r"^[0-9a-f]{64}$")
 _BACKUP = re.compile(r"^[0-9]+\.bak$")
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Write:
     path: Path
     content: bytes | None  # None: remove the file
     same_as: Path | None = None  # a file that may hold exactly ``content`` now: then it is linked, not copied
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class _Entry:
     """One file of a transaction, as the journal names it."""
 
