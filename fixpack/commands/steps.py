@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..cookbook.catalog import Catalog
@@ -24,6 +23,7 @@ from ..site.layout import MANIFEST
 from ..site.manifest import Manifest
 from ..site.record import rewrite_record
 from ..site.state import pristine_copy, read_file, read_manifest
+from ..structs import field, replace, struct
 from .results import FixResult
 
 __all__ = [
@@ -44,7 +44,7 @@ __all__ = [
 Counts = dict[str, list[tuple[str, int, int]]]  # fix id -> (path, lines added, removed) per file
 
 
-@dataclass
+@struct
 class InstalledFile:
     """One file the plan touches, as it is installed, and what it was recognised as."""
 
@@ -157,7 +157,7 @@ def refuse_drift(files: dict[str, InstalledFile], plan: Plan, recorded: dict[str
         raise first
 
 
-@dataclass
+@struct
 class Rebuilt:
     """What a plan makes of the files it touches."""
 
@@ -201,18 +201,22 @@ def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[st
 
 
 def _build_into(out: Rebuilt, plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...]) -> None:
+    chains = {path: [pc.change for pc in plan.changes_for(path) if pc.change.fix_id in fix_ids] for path in files}
+    out.new.update(dict.fromkeys(files))  # in the plan's order, whatever order they are built in
+    # The largest first: its compile check, the longest, starts (in a child) before the rest are built.
+    for path in sorted(files, key=lambda p: len(files[p].base.pristine or b""), reverse=True):
+        content = out.new[path] = rebuild.build(files[path].base.pristine, chains[path])
+        if chains[path]:
+            out.compiling.add(path, content)  # type: ignore[union-attr]
     for path, f in files.items():
-        changes = [pc.change for pc in plan.changes_for(path) if pc.change.fix_id in fix_ids]
-        content = rebuild.build(f.base.pristine, changes)
-        out.new[path] = content
+        changes = chains[path]
         if not changes:  # the file goes back to the release's bytes, recognised by their hash
             continue
-        out.compiling.add(path, content)  # type: ignore[union-attr]
         out.last[path] = changes[-1]
         out.records[path] = FileRecord(
             f.dist.name,
             sha256(f.base.pristine),
-            sha256(content),
+            sha256(out.new[path]),
             tuple(c.fix_id for c in changes),
             tuple(patch_digest(c.patch) for c in changes),
         )
