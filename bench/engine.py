@@ -49,12 +49,18 @@ def load_builders(engine: Path, repo: Path) -> ModuleType:
 class Tools:
     """The command lines of the contenders, with the environment each one runs in."""
 
-    def __init__(self, python: str, engine: Path, repo: Path) -> None:
+    def __init__(self, python: str, engine: Path, repo: Path, write_bytecode: bool = True) -> None:
         self.python = python
         self.repo = engine  # where fixpack/ and fixes/apply_all.py are run from (a snapshot)
         self.source = repo  # the checkout: its fixes/ and profiles/ are the cookbook copied
         self.base_env = {k: v for k, v in os.environ.items() if not k.startswith("FIXPACK_")}
-        self.base_env.pop("PYTHONPATH", None)
+        for name in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"):
+            self.base_env.pop(name, None)
+        # Whether an apply writes the patched modules' bytecode is the run's setting, not the
+        # caller's shell's: it changes what the apply and every first import cost.
+        self.write_bytecode = write_bytecode
+        if not write_bytecode:
+            self.base_env["PYTHONDONTWRITEBYTECODE"] = "1"
 
     def env(self, cookbook: Path, module: bool = False) -> dict[str, str]:
         env = dict(self.base_env, FIXPACK_COOKBOOK=str(cookbook))
@@ -72,6 +78,22 @@ class Tools:
     def listed(self, cookbook: Path) -> list[str]:
         r = must(run(self.fixpack("list", "--profile", PROFILE, "--json"), env=self.env(cookbook, True)), "list")
         return [f["id"] for f in json.loads(r.out)["fixes"]]
+
+    def compile_floor(self, files: list[Path]) -> list[str]:
+        """The floor and the compile check of the Python files among them, the largest in a forked
+        child as fixpack does it: the least an apply that compiles what it writes can take."""
+        code = (
+            "import hashlib,os,sys\n"
+            "src={p: open(p,'rb').read() for p in sys.argv[1:]}\n"
+            "for b in src.values(): hashlib.sha256(b).hexdigest()\n"
+            "py=sorted((p for p in src if p.endswith('.py')), key=lambda p: len(src[p]), reverse=True)\n"
+            "pid=os.fork() if py else -1\n"
+            "if pid==0:\n"
+            "    compile(src[py[0]],py[0],'exec',dont_inherit=True); os._exit(0)\n"
+            "for p in py[1:]: compile(src[p],p,'exec',dont_inherit=True)\n"
+            "if pid>0: os.waitpid(pid,0)\n"
+        )
+        return [self.python, "-c", code, *map(str, files)]
 
     def floor(self, files: list[Path]) -> list[str]:
         """Python reading and hashing the same files: the least any apply or re-run must do."""

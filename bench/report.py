@@ -36,6 +36,8 @@ def _main_rows(s: dict[str, Series]) -> list[str]:
         f"| git apply {ms(s['git_apply'].median)} ({ratio(cold.median, s['git_apply'].median)}); "
         f"patch -p1 {ms(s['patch'].median)} ({ratio(cold.median, s['patch'].median)}) "
         f"| {cold.peak_mib:.0f} MiB (floor {s['cold_floor'].peak_mib:.0f}) |",
+        f"| (the same floor, compiling the Python files too) | | {ms(s['cold_compile_floor'].median)} "
+        f"| {ratio(cold.median, s['cold_compile_floor'].median)} | | |",
         f"| warm re-run (all applied) | {ms(warm.median)} | {ms(s['warm_floor'].median)} "
         f"| {ratio(warm.median, s['warm_floor'].median)} "
         f"| git apply --check -R {ms(s['git_check_r'].median)} ({ratio(warm.median, s['git_check_r'].median)}); "
@@ -86,6 +88,7 @@ def table(ctx: dict[str, Any], s: dict[str, Series], scale: list[ScaleRow], impo
     lines = [
         f"fixpack bench, {ctx['when']} on {ctx['host']}: {ctx['python']}, {ctx['cpus']} CPUs, load {ctx['load']}",
         f"environment: {ctx['env']}",
+        f"bytecode of the patched modules: {ctx['bytecode']}",
         f"profile {PROFILE}: {ctx['profile']}",
         *([] if ctx["real"] else [f"synthetic fixes of the shape of this repository's: {ctx['shape']}"]),
         f"medians of {ctx['repeat']} whole-process runs (verify: {ctx['verify_repeat']}), start-up included",

@@ -51,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, help="scratch folder (default: a new temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
+    ap.add_argument(
+        "--dont-write-bytecode",
+        action="store_true",
+        help="run every contender with PYTHONDONTWRITEBYTECODE=1, as some images do (default: unset, "
+        "whatever the shell has: apply writes the patched modules' bytecode)",
+    )
     args = ap.parse_args(argv)
     if args.site_from and (args.synthetic or source_trees() is None):
         ap.error(
@@ -75,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 def _bench(args: argparse.Namespace, repo: Path, work: Path) -> int:
     t_start = time.perf_counter()
     engine = snapshot(repo, work)
-    tools = Tools(args.python, engine, repo)
+    tools = Tools(args.python, engine, repo, write_bytecode=not args.dont_write_bytecode)
     builders = load_builders(engine, repo)
     prepared = prepare(work, tools, builders, args.site_from, args.synthetic)
     bed = prepared.bed
@@ -91,6 +97,9 @@ def _bench(args: argparse.Namespace, repo: Path, work: Path) -> int:
         "repeat": args.repeat,
         "verify_repeat": args.verify_repeat,
         "real": prepared.real,
+        "bytecode": "written (PYTHONDONTWRITEBYTECODE unset)"
+        if tools.write_bytecode
+        else "not written (PYTHONDONTWRITEBYTECODE=1)",
     }
     series = bench_main(bed, tools, args.repeat)
     apply_cmd = tools.apply_all(bed.site, bed.opt_ins)

@@ -17,6 +17,7 @@ __all__ = ["bench_main", "bench_first_import", "bench_verify", "imports_on", "IM
 MAIN = (
     "cold",
     "cold_floor",
+    "cold_compile_floor",
     "git_apply",
     "patch",
     "warm",
@@ -45,6 +46,7 @@ def bench_main(bed: Bed, tools: Tools, repeat: int) -> dict[str, Series]:
     # Warm-up round (not timed): peak RSS of each contender, and the peers must leave the same bytes.
     bed.reset()
     s["cold_floor"].measure(must(peak(tools.floor(bed.existing()), cwd=cwd), "floor"))
+    s["cold_compile_floor"].measure(must(peak(tools.compile_floor(bed.existing()), cwd=cwd), "compile floor"))
     s["git_apply"].measure(must(peak(git_apply, cwd=bed.site), "git apply"))
     by_git = bed.hashes()
     bed.reset()
@@ -67,6 +69,7 @@ def bench_main(bed: Bed, tools: Tools, repeat: int) -> dict[str, Series]:
         log(f"main workloads: round {i + 1}/{repeat}")
         bed.reset()
         s["cold_floor"].add(must(run(tools.floor(bed.existing()), cwd=cwd), "floor"))
+        s["cold_compile_floor"].add(must(run(tools.compile_floor(bed.existing()), cwd=cwd), "compile floor"))
         s["git_apply"].add(must(run(git_apply, cwd=bed.site), "git apply"))
         bed.reset()
         s["patch"].add(must(run(patch_apply, cwd=bed.site), "patch -p1"))

@@ -239,10 +239,9 @@ def write_set(
     remove), each distribution's RECORD kept true to what is installed, and the manifest (with
     the warm path's ``stamp`` when anything is written)."""
     new = rebuilt.new
-    writes = [Write(f.dist.file(path), new[path]) for path, f in files.items() if new[path] != f.current]
-    writes += _bytecode(writes, files, rebuilt)
+    targets = [Write(f.dist.file(path), new[path]) for path, f in files.items() if new[path] != f.current]
     runtime = runtime or {}
-    writes += [Write(p, c) for p, c in runtime.items() if read_file(p) != c]
+    writes = [Write(p, c) for p, c in runtime.items() if read_file(p) != c]
     kept: dict[str, bytes] = {}
     for path, f in files.items():  # keep the release's bytes of every patched file, and only those
         keep = f.base.pristine if path in new_manifest.files else None
@@ -254,13 +253,14 @@ def write_set(
     record_writes, records = _records(files, new, new_manifest, old_manifest, state_dir, dists, kept, rows)
     writes += record_writes
     new_manifest = replace(new_manifest, records=records)
-    if writes and stamp is not None and not new_manifest.empty:
+    if (targets or writes) and stamp is not None and not new_manifest.empty:
         new_manifest = replace(new_manifest, warm=stamp())
-    if writes or not new_manifest.same_content(old_manifest):
+    if targets or writes or not new_manifest.same_content(old_manifest):
         content = None if new_manifest.empty else new_manifest.to_bytes()
         if content is not None or (state_dir / MANIFEST).exists():
             writes.append(Write(state_dir / MANIFEST, content))
-    return writes
+    # The bytecode last: it waits for the compile check, which runs (in a child) while the rest is worked out.
+    return [*targets, *_bytecode(targets, files, rebuilt), *writes]
 
 
 def _bytecode(targets: list[Write], files: dict[str, InstalledFile], rebuilt: Rebuilt) -> list[Write]:
