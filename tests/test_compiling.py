@@ -1,4 +1,4 @@
-"""The compile check of several modules at once: the largest compiled in a forked child."""
+"""The compile check of several modules at once: the largest built and compiled in a forked child."""
 
 from __future__ import annotations
 
@@ -22,22 +22,72 @@ def two_cores(monkeypatch):
     monkeypatch.setattr(compiling, "_cores", lambda: 2)
 
 
-def test_a_large_module_goes_to_a_child_at_once_and_the_results_are_the_same(two_cores):
+def compiled_here(monkeypatch) -> list[str]:
+    """The modules this process compiles itself (not the child)."""
+    parent, real, here = os.getpid(), compiling._compile, []
+
+    def counting(path, content, keep):
+        if os.getpid() == parent:
+            here.append(path)
+        return real(path, content, keep)
+
+    monkeypatch.setattr(compiling, "_compile", counting)
+    return here
+
+
+def test_the_largest_is_built_and_compiled_in_a_child_and_the_results_are_the_same(two_cores, monkeypatch):
+    expected = serial(SOURCES)
+    here = compiled_here(monkeypatch)
     compiler = compiling.Compiler()
+    compiler.ahead("pkg/big.py", lambda: BIG)
+    assert compiler.child is not None and compiler.child[2] == "pkg/big.py"  # started before anything is added
     compiler.add("pkg/small.py", SOURCES["pkg/small.py"])
-    assert compiler.child is None  # compiled here, when the results are asked for
     compiler.add("pkg/big.py", BIG)
-    assert compiler.child is not None and compiler.child[2] == "pkg/big.py"  # forked at once
     order = ["pkg/small.py", "pkg/big.py"]
-    assert compiler.results() == {p: serial(SOURCES)[p] for p in order} and compiler.child is None
+    assert compiler.results() == {p: expected[p] for p in order} and compiler.child is None
+    assert here == ["pkg/small.py"]  # the child's code was used
+    here.clear()
     results = compiling.compile_all(SOURCES)
-    assert list(results) == list(SOURCES) and results == serial(SOURCES)
+    assert list(results) == list(SOURCES) and results == expected
+    assert "pkg/big.py" not in here
     code = marshal.loads(results["pkg/big.py"][0])
     namespace: dict = {}
     exec(code, namespace)
     assert namespace["f7"](2) == [14, 14, 14]
     assert results["pkg/data.txt"] == (None, None) and results["pkg/gone.py"] == (None, None)
     assert compiling.compile_all(SOURCES, keep=False)["pkg/big.py"] == (None, None)
+
+
+def test_the_child_s_code_is_used_only_for_the_bytes_built_here(two_cores, monkeypatch):
+    here = compiled_here(monkeypatch)
+    compiler = compiling.Compiler()
+    compiler.ahead("pkg/big.py", lambda: BIG + b"EXTRA = 1\n")  # the child made other bytes
+    compiler.add("pkg/big.py", BIG)
+    code, problem = compiler.results()["pkg/big.py"]
+    assert here == ["pkg/big.py"] and problem is None  # compiled again, here
+    namespace: dict = {}
+    exec(marshal.loads(code), namespace)
+    assert "EXTRA" not in namespace
+
+
+def test_a_child_that_cannot_build_is_made_up_for_here(two_cores, monkeypatch):
+    expected = serial(SOURCES)["pkg/big.py"]
+    here = compiled_here(monkeypatch)
+
+    def broken() -> bytes:
+        raise ValueError("a change does not apply")
+
+    compiler = compiling.Compiler()
+    compiler.ahead("pkg/big.py", broken)
+    compiler.add("pkg/big.py", BIG)
+    assert compiler.results() == {"pkg/big.py": expected} and here == ["pkg/big.py"]
+
+
+def test_one_core_starts_no_child(monkeypatch):
+    monkeypatch.setattr(compiling, "_cores", lambda: 1)
+    compiler = compiling.Compiler()
+    compiler.ahead("pkg/big.py", lambda: BIG)
+    assert compiler.child is None
 
 
 def test_an_error_in_the_child_s_share_names_its_line(two_cores):
@@ -62,7 +112,7 @@ def test_a_child_that_dies_is_made_up_for_here(two_cores, monkeypatch):
 
 def test_a_check_whose_results_are_not_wanted_leaves_no_child(two_cores):
     compiler = compiling.Compiler()
-    compiler.add("pkg/big.py", BIG)
+    compiler.ahead("pkg/big.py", lambda: BIG)
     pid = compiler.child[0]
     compiler.close()
     assert compiler.child is None

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..cookbook.catalog import Catalog
 from ..core import rebuild, recognise
 from ..core.bytecode import hash_based_pyc
-from ..core.compiling import Compiler
+from ..core.compiling import WORTH_A_CHILD, Compiler
 from ..core.fingerprint import patch_digest, sha256
 from ..core.plan import pack_chain
 from ..errors import FixpackError, Refused
@@ -189,7 +189,7 @@ class Rebuilt:
 def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...], wait: bool = True) -> Rebuilt:
     """New content and manifest record of every file, for the fixes ``fix_ids`` of the plan.
     Raises Refused for a change that does not apply or (``wait``; else at ``checked``) a result
-    that does not compile. A large module's compile check starts as soon as it is built."""
+    that does not compile. The largest module's compile check starts (in a child) before any file is built."""
     keep = not (sys.dont_write_bytecode or sys.pycache_prefix)  # no bytecode is written: check only
     out = Rebuilt({}, {}, {}, {}, Compiler(keep))
     try:
@@ -202,21 +202,25 @@ def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[st
 
 def _build_into(out: Rebuilt, plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...]) -> None:
     chains = {path: [pc.change for pc in plan.changes_for(path) if pc.change.fix_id in fix_ids] for path in files}
-    out.new.update(dict.fromkeys(files))  # in the plan's order, whatever order they are built in
-    # The largest first: its compile check, the longest, starts (in a child) before the rest are built.
-    for path in sorted(files, key=lambda p: len(files[p].base.pristine or b""), reverse=True):
-        content = out.new[path] = rebuild.build(files[path].base.pristine, chains[path])
-        if chains[path]:
-            out.compiling.add(path, content)  # type: ignore[union-attr]
+    compiler = out.compiling
+    assert compiler is not None
+    # The largest module's compile check, the longest, starts first: a child builds it too.
+    sizes = {path: len(files[path].base.pristine or b"") for path in files if chains[path]}
+    largest = max(sizes, key=sizes.__getitem__, default=None)
+    if largest is not None and sizes[largest] >= WORTH_A_CHILD:
+        pristine, chain = files[largest].base.pristine, chains[largest]
+        compiler.ahead(largest, lambda: rebuild.build(pristine, chain))
     for path, f in files.items():
         changes = chains[path]
+        content = out.new[path] = rebuild.build(f.base.pristine, changes)
         if not changes:  # the file goes back to the release's bytes, recognised by their hash
             continue
+        compiler.add(path, content)
         out.last[path] = changes[-1]
         out.records[path] = FileRecord(
             f.dist.name,
             sha256(f.base.pristine),
-            sha256(out.new[path]),
+            sha256(content),
             tuple(c.fix_id for c in changes),
             tuple(patch_digest(c.patch) for c in changes),
         )

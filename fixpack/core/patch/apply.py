@@ -22,30 +22,25 @@ class HunkFailed(ValueError):
         self.path, self.index, self.line, self.nearest = path, index, line, nearest
 
 
-def _to_crlf(fd: FileDiff, lines: list[str]) -> bool:
+def _to_crlf(fd: FileDiff, text: str) -> bool:
     """Whether added lines ending in a bare ``\\n`` are written with ``\\r\\n``.
 
-    Only when the file is pure CRLF (it has terminated lines, all ending ``\\r\\n``) and the diff
-    was visibly made against an LF copy of it: its old side (context and removed lines) has
-    terminated lines, all ending in a bare ``\\n``. A diff made by git of this very file can never
-    meet both conditions, so it always applies byte for byte, and so does its reverse; an LF diff
-    applied to a CRLF file and then reversed gives back the CRLF file."""
+    Only when the file (``text``) is pure CRLF (it has terminated lines, all ending ``\\r\\n``)
+    and the diff was visibly made against an LF copy of it: its old side (context and removed
+    lines) has terminated lines, all ending in a bare ``\\n``. A diff made by git of this very file
+    can never meet both conditions, so it always applies byte for byte, and so does its reverse;
+    an LF diff applied to a CRLF file and then reversed gives back the CRLF file."""
     evidence = False
     for hunk in fd.hunks:
-        for tag, text in hunk.lines:
-            if tag != "+" and text.endswith("\n"):
-                if text.endswith("\r\n"):
+        for tag, line in hunk.lines:
+            if tag != "+" and line.endswith("\n"):
+                if line.endswith("\r\n"):
                     return False
                 evidence = True
     if not evidence:
         return False
-    terminated = False
-    for line in lines:
-        if line.endswith("\n"):
-            if not line.endswith("\r\n"):
-                return False
-            terminated = True
-    return terminated
+    terminators = text.count("\n")  # each ends one line; pure CRLF: every one follows a \r
+    return terminators > 0 and text.count("\r\n") == terminators
 
 
 def _locate(keys: list[str], want: list[str], expected: int, floor: int, at_start: bool, at_end: bool) -> int | None:
@@ -101,10 +96,12 @@ def _nearest(lines: list[str], start: int, want: tuple[str, ...]) -> str:
 
 
 def _apply_lines(fd: FileDiff, lines: list[str]) -> list[str]:
-    crlf = _to_crlf(fd, lines)
-    # A line's key differs from the line only when it ends in \r\n: one C-speed search spares
-    # building the keys of a file that has none (most).
-    keys = [key(line) for line in lines] if "\r\n" in "".join(lines) else lines
+    # A line's key differs from the line only when it ends in \r\n, and only a file with one can
+    # be pure CRLF: one C-speed search spares both for a file that has none (most).
+    text = "".join(lines)
+    any_crlf = "\r\n" in text
+    crlf = any_crlf and _to_crlf(fd, text)
+    keys = [key(line) for line in lines] if any_crlf else lines
     out: list[str] = []
     pos = offset = 0
     for number, hunk in enumerate(fd.hunks, 1):
