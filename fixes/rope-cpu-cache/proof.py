@@ -44,7 +44,7 @@ from fixpack.proofkit import stub_modules
 
 MAX_POSITION = 163840  # angles of the inv_freq == 1 pair reach 163,839 > 1.5e5
 # Four pairs: pair 0 (inv_freq == 1, angle == position) is where the HPU trig goes wrong; more
-# pairs would only multiply the work (tables of up to 1.3M rows).
+# pairs would only multiply the work (tables of up to 491,520 rows).
 ROTARY_DIM = 8
 HPU_TRIG_EXACT_BELOW = 1.5e5
 _TWO_PI_FP32 = torch.tensor(2 * math.pi, dtype=torch.float32)
@@ -185,10 +185,13 @@ def _variants(rope: Any, hpu: Any) -> dict[str, Any]:
         "HPULlama4VisionRotaryEmbedding": lambda: hpu.HPULlama4VisionRotaryEmbedding(
             88, 88, 576, 10000.0, False, bf16
         ),
+        # mrope caches 4 * max_position rows (angles up to that, pair 0), yarn twice that: a quarter
+        # of MAX_POSITION still reaches past the threshold, with a quarter of the table to build.
         "HPUMRotaryEmbedding(yarn)": lambda: hpu.HPUMRotaryEmbedding(
-            *a, bf16, mrope_section=[2, 1, 1], scaling_factor=2.0
+            64, ROTARY_DIM, MAX_POSITION // 4, 10000.0, True, bf16, mrope_section=[2, 1, 1], scaling_factor=2.0
         ),
-        "Gemma4RotaryEmbedding": lambda: rope.Gemma4RotaryEmbedding(*a, bf16),
+        # Gemma4's table is head_size wide (it rotates every dimension): a small head keeps pair 0.
+        "Gemma4RotaryEmbedding": lambda: rope.Gemma4RotaryEmbedding(16, ROTARY_DIM, MAX_POSITION, 10000.0, True, bf16),
         # NTK divides inv_freq by 2 ** (2 / rotary_dim): its pair 0 passes 1.5e5 only after 178,380 positions.
         "NTKScalingRotaryEmbedding": lambda: rope.NTKScalingRotaryEmbedding(
             64, ROTARY_DIM, 196608, 10000.0, True, 2.0, bf16
@@ -198,7 +201,7 @@ def _variants(rope: Any, hpu: Any) -> dict[str, Any]:
         "TeleChat3RoPEScaledRotaryEmbedding": lambda: rope.TeleChat3RoPEScaledRotaryEmbedding(*a, 2.0, bf16),
         "DeepseekV4ScalingRotaryEmbedding": lambda: rope.DeepseekV4ScalingRotaryEmbedding(*a, 2.0, bf16),
         "MRotaryEmbeddingInterleaved": lambda: rope.MRotaryEmbeddingInterleaved(
-            *a, bf16, mrope_section=[2, 1, 1]
+            64, ROTARY_DIM, MAX_POSITION // 4, 10000.0, True, bf16, mrope_section=[2, 1, 1]
         ),
     }
 
