@@ -43,11 +43,32 @@ def absent(module: str) -> bool:
         return True
 
 
+def leave(code: int) -> None:
+    """Exit without the interpreter's teardown (freeing every module and object: about 15 ms of a
+    cold container start), which nothing here needs: by now every file fixpack wrote is closed and
+    synced and its lock released. Output is flushed first; if that fails, the usual exit says so."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    os._exit(code)
+
+
 def main() -> None:
+    try:
+        run(sys.argv[1:])
+    except SystemExit as done:
+        if done.code is None or isinstance(done.code, int):
+            leave(done.code or 0)
+        raise
+
+
+def run(argv: list[str]) -> None:
     sys.path.insert(0, ROOT)
     from fixpack.site.warm import try_warm  # standard library only
 
-    code = try_warm(sys.argv[1:], ROOT)
+    code = try_warm(argv, ROOT)
     if code is not None:  # already applied and unchanged: nothing else is imported (--exec: CMD ran)
         sys.exit(code)
     missing = [requirement for module, requirement in requirements().items() if absent(module)]
@@ -60,7 +81,7 @@ def main() -> None:
         sys.exit(3)
     from fixpack.cli import run_apply_all
 
-    run_apply_all(sys.argv[1:])
+    run_apply_all(argv)
 
 
 if __name__ == "__main__":

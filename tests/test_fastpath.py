@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -86,3 +87,28 @@ def test_a_cold_plain_apply_does_not_import_click(cookbook, site):
     assert r.returncode == 0 and not took_fast_path(r) and " click" not in r.stderr
     helped = apply_all(cookbook, site, "--help")  # anything but a plain apply line goes to click
     assert helped.returncode == 0 and " click" in helped.stderr and "Usage: apply_all.py" in helped.stdout
+
+
+def test_apply_all_exits_without_teardown_but_says_everything_with_the_contract_s_codes(cookbook, site):
+    three_fixes(cookbook)
+    env = dict(os.environ, FIXPACK_COOKBOOK=str(cookbook.root))
+    env.pop("PYTHONPATH", None)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, str(SCRIPT), *args, "--site", str(site.path)]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+    # An atexit handler stands in for the teardown: it does not run, yet the piped output is whole.
+    hook = "import atexit, sys; atexit.register(lambda: sys.stderr.write('TEARDOWN\\n'))"
+    cmd = [sys.executable, "-c", f"{hook}; import runpy, sys; sys.argv = sys.argv[1:]; "
+           f"runpy.run_path(sys.argv[0], run_name='__main__')", str(SCRIPT),
+           "--profile", "v0.26.0", "--json", "--site", str(site.path)]
+    cold = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert cold.returncode == 0 and "TEARDOWN" not in cold.stderr
+    assert json.loads(cold.stdout)["ok"] is True
+    warm = run("--profile", "v0.26.0", "--json")
+    assert warm.returncode == 0 and json.loads(warm.stdout)["ok"] is True
+    unknown = run("--profile", "v0.26.0", "no-such-fix")
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "no-such-fix" in unknown.stderr
+    helped = run("--help")
+    assert helped.returncode == 0 and "Usage: apply_all.py" in helped.stdout
