@@ -17,6 +17,16 @@ def serial(sources: dict) -> dict:
     return {p: compiling._compile(p, c, True) for p, c in sources.items()}
 
 
+def compile_all(sources: dict, keep: bool = True) -> dict:
+    """As apply uses the compiler: the largest module ahead in a child, every module added."""
+    compiler = compiling.Compiler(keep)
+    largest = max(sources, key=lambda p: len(sources[p] or b""))
+    compiler.ahead(largest, lambda: sources[largest])
+    for path, content in sources.items():
+        compiler.add(path, content)
+    return compiler.results()
+
+
 @pytest.fixture
 def two_cores(monkeypatch):
     monkeypatch.setattr(compiling, "_cores", lambda: 2)
@@ -47,7 +57,7 @@ def test_the_largest_is_built_and_compiled_in_a_child_and_the_results_are_the_sa
     assert compiler.results() == {p: expected[p] for p in order} and compiler.child is None
     assert here == ["pkg/small.py"]  # the child's code was used
     here.clear()
-    results = compiling.compile_all(SOURCES)
+    results = compile_all(SOURCES)
     assert list(results) == list(SOURCES) and results == expected
     assert "pkg/big.py" not in here
     code = marshal.loads(results["pkg/big.py"][0])
@@ -55,7 +65,7 @@ def test_the_largest_is_built_and_compiled_in_a_child_and_the_results_are_the_sa
     exec(code, namespace)
     assert namespace["f7"](2) == [14, 14, 14]
     assert results["pkg/data.txt"] == (None, None) and results["pkg/gone.py"] == (None, None)
-    assert compiling.compile_all(SOURCES, keep=False)["pkg/big.py"] == (None, None)
+    assert compile_all(SOURCES, keep=False)["pkg/big.py"] == (None, None)
 
 
 def test_the_child_s_code_is_used_only_for_the_bytes_built_here(two_cores, monkeypatch):
@@ -92,7 +102,7 @@ def test_one_core_starts_no_child(monkeypatch):
 
 def test_an_error_in_the_child_s_share_names_its_line(two_cores):
     broken = BIG + b"def g(:\n"
-    code, problem = compiling.compile_all({"pkg/big.py": broken, "pkg/small.py": b"X = 1\n"})["pkg/big.py"]
+    code, problem = compile_all({"pkg/big.py": broken, "pkg/small.py": b"X = 1\n"})["pkg/big.py"]
     line = BIG.count(b"\n") + 1
     assert code is None and problem is not None and problem.startswith(f"pkg/big.py:{line}: SyntaxError")
 
@@ -107,7 +117,7 @@ def test_a_child_that_dies_is_made_up_for_here(two_cores, monkeypatch):
         return real(path, content, keep)
 
     monkeypatch.setattr(compiling, "_compile", dying)
-    assert compiling.compile_all(SOURCES) == serial(SOURCES)
+    assert compile_all(SOURCES) == serial(SOURCES)
 
 
 def test_a_check_whose_results_are_not_wanted_leaves_no_child(two_cores):

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from .fingerprint import sha256
 from .rebuild import compiled
 
-__all__ = ["Compiled", "Compiler", "compile_all", "WORTH_A_CHILD"]
+__all__ = ["Compiled", "Compiler", "WORTH_A_CHILD"]
 
 Compiled = tuple[bytes | None, str | None]  # marshalled code object (when kept), or why it does not compile
 
@@ -99,13 +99,3 @@ class Compiler:
                 out[path] = (sent[1], sent[2]) if fits else _compile(path, mine, self.keep)  # type: ignore[index]
         return {p: out[p] for p in self.sources}
 
-
-def compile_all(sources: dict[str, bytes | None], keep: bool = True) -> dict[str, Compiled]:
-    """The compile check of ``sources`` at once, the largest (if large enough) in a child."""
-    compiler = Compiler(keep)
-    largest = max(sources, key=lambda p: len(sources[p] or b""), default=None)
-    if largest is not None and len(sources[largest] or b"") >= WORTH_A_CHILD:
-        compiler.ahead(largest, lambda: sources[largest])
-    for path, content in sources.items():
-        compiler.add(path, content)
-    return compiler.results()
