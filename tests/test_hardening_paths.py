@@ -3,6 +3,7 @@ a target that is a symlink or a folder is refused, before any write, in one line
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -163,12 +164,27 @@ def test_directory_where_a_target_should_be_is_one_line(cookbook, site):
     assert site.read("vllm_gaudi/runner.py") == RUNNER.encode()
 
 
-def interrupted(cookbook, site: Site, crash_after: int = 7) -> dict:
-    """Leave ``site`` with an apply's journal, both targets replaced (two fixes; 7 writes: the
-    journal, 4 backups (2 targets, 2 RECORDs), 2 targets)."""
-    r = run_cli(*APPLY, "--site", str(site.path), env={**env_of(cookbook), "FIXPACK_CRASH_AFTER": str(crash_after)})
+def interrupted(cookbook, site: Site) -> dict:
+    """Leave ``site`` with an apply's journal, both targets replaced (two fixes). A first run dies
+    after its first durable write, the journal, which says how many writes come before the first
+    rename: the backups, then every new content staged. The second run recovers that one (writing
+    nothing: no target had changed) and dies right after renaming the two targets."""
+    journal = site.path / ".fixpack" / "journal" / "journal.json"
+    env = env_of(cookbook)
+    r = run_cli(*APPLY, "--site", str(site.path), env={**env, "FIXPACK_CRASH_AFTER": "1"})
     assert r.returncode == 99, r.stderr
-    return json.loads((site.path / ".fixpack" / "journal" / "journal.json").read_text())
+    entries = json.loads(journal.read_text())["entries"]
+    before = 1 + sum(e["backup"] is not None for e in entries) + sum(e["new"] is not None for e in entries)
+    r = run_cli(*APPLY, "--site", str(site.path), env={**env, "FIXPACK_CRASH_AFTER": str(before + 2)})
+    assert r.returncode == 99, r.stderr
+    entries = json.loads(journal.read_text())["entries"]
+    replaced = [e["path"] for e in entries if e["root"] != "state" and e["new"] == sha256_of(site.file(e["path"]))]
+    assert sorted(replaced) == ["vllm/sampler.py", "vllm_gaudi/runner.py"], replaced
+    return json.loads(journal.read_text())
+
+
+def sha256_of(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
 @pytest.mark.parametrize(

@@ -213,7 +213,7 @@ def test_crash_at_every_write_point_leaves_the_old_overlay_or_the_new_one(cookbo
     new = snapshot(overlay)
     assert apply(cookbook, site, overlay).returncode == 0
     assert snapshot(overlay).keys() == old.keys()
-    for n in range(1, 40):  # revert two: every file of the build, the renames and the removal
+    for n in range(1, 100):  # revert two: every file of the build, the renames and the removal
         r = run_cli(
             "revert", "two", "--site", str(site.path), "--overlay", str(overlay),
             env={**env, "FIXPACK_CRASH_AFTER": str(n)},

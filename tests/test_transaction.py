@@ -47,7 +47,7 @@ def test_crash_after_every_write_point_leaves_before_or_after(cookbook, tmp_path
     pristine = targets(reference)
     assert run_cli("apply", "--profile", "v0.26.0", "--site", str(reference.path), env=env).returncode == 0
     patched = targets(reference)
-    for n in range(1, 30):
+    for n in range(1, 100):
         site = make_site(tmp_path / f"crash{n}")
         r = run_cli(
             "apply", "--profile", "v0.26.0", "--site", str(site.path), env={**env, "FIXPACK_CRASH_AFTER": str(n)}
@@ -245,7 +245,7 @@ def test_crash_after_every_write_point_of_revert_leaves_before_or_after(cookbook
     pristine = targets(reference)
     assert run_cli("apply", "--profile", "v0.26.0", "--site", str(reference.path), env=env).returncode == 0
     patched = targets(reference)
-    for n in range(1, 50):  # the runtime check's files (fixpack.site.plugin) go with the rest
+    for n in range(1, 100):  # the runtime check's files (fixpack.site.plugin) go with the rest
         site = Site(tmp_path / f"crash{n}" / "site", {d: tmp_path / f"crash{n}" / "site" for d in reference.roots})
         shutil.copytree(reference.path, site.path, symlinks=True)
         r = run_cli("revert", "--site", str(site.path), env={**env, "FIXPACK_CRASH_AFTER": str(n)})
@@ -271,7 +271,7 @@ def test_crash_at_every_write_point_of_a_failed_commit_and_its_rollback(cookbook
     rollback is recovered by the next command to wholly before."""
     three_fixes(cookbook)
     env = {"FIXPACK_COOKBOOK": str(cookbook.root)}
-    for n in range(1, 40):
+    for n in range(1, 100):
         site = make_site(tmp_path / f"crash{n}")
         pristine = targets(site)
         stuck = Path(importlib.util.cache_from_source(str(site.file("vllm_gaudi/batch.py"))))

@@ -1,7 +1,8 @@
 """``fixpack apply``: a profile's fixes and the opt-ins asked for, applied all or nothing.
 
 The recipe: recover -> plan -> recognise -> rebuild -> write set -> destination.commit. Every new
-file content is computed and compiled in memory before the first write. In place, the runtime
+file content is computed and compiled in memory before the first target changes: the largest
+module's compile check goes on (in a child) while the commit stages everything else. In place, the runtime
 check (``fixpack.site.plugin``) is installed in the same transaction; ``overlay``: the same plan
 goes to a folder instead (``fixpack.commands.overlay``).
 """
@@ -86,7 +87,7 @@ def apply(
         try:
             refuse_drift(files, plan, manifest.files)
             # The compile check goes on (in a child, for a large module) while the writes are worked
-            # out below; it is waited for before anything is written.
+            # out and staged below; the commit waits for it before the first target changes.
             rebuilt = rebuild_files(plan, files, plan.fix_ids, wait=False)
             for fix in plan.fixes:
                 done = all(_still_applied(c, files[c.path], manifest) for c in fix.changes[profile.release])
@@ -104,10 +105,14 @@ def apply(
                 return warm.make_stamp(key, list(dists.values()), destination.state_dir, targets, render(done))
 
             state_dir, installed_dists = destination.state_dir, list(dists.values())
-            writes = write_set(
+            writes, later = write_set(
                 files, rebuilt, new_manifest, manifest, state_dir, installed_dists, stamp if render else None, runtime
             )
-            rebuilt.checked()
+            if dry_run:
+                later.make()
+                destination.check(writes, later)
+                return result
+            destination.commit(writes, later)
         except Refused as refused:
             result.error = nothing_changed(refused)
             result.fixes = refused_results(plan, refused)
@@ -115,10 +120,6 @@ def apply(
         finally:  # refused, or anything else on the way: the compile check's child is not left behind
             if rebuilt is not None:
                 rebuilt.discard()
-        if dry_run:
-            destination.check(writes)
-            return result
-        destination.commit(writes)
     return result
 
 

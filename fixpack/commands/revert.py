@@ -63,9 +63,10 @@ def revert(
         new_manifest = Manifest(profile.name, profile.release, keep, rebuilt.records) if keep else Manifest()
         runtime = plugin.in_place(destination.state_dir.parent, new_manifest, list(dists.values()))
         state_dir = destination.state_dir
-        writes = write_set(files, rebuilt, new_manifest, manifest, state_dir, list(dists.values()), None, runtime)
+        dist_list = list(dists.values())
+        writes, later = write_set(files, rebuilt, new_manifest, manifest, state_dir, dist_list, None, runtime)
         if dry_run:
-            destination.check(writes)
+            destination.check(writes, later)
         else:
-            destination.commit(writes)
+            destination.commit(writes, later)
     return result

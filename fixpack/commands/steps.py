@@ -11,13 +11,13 @@ from pathlib import Path
 from ..cookbook.catalog import Catalog
 from ..core import rebuild, recognise
 from ..core.bytecode import hash_based_pyc
-from ..core.compiling import WORTH_A_CHILD, Compiler
+from ..core.compiling import WORTH_A_CHILD, Compiled, Compiler
 from ..core.fingerprint import patch_digest, sha256
 from ..core.plan import pack_chain
 from ..errors import FixpackError, Refused
 from ..models import Action, Change, FileRecord, FileState, Fix, Plan, Profile
 from ..site import commits
-from ..site.destination import Destination, Write
+from ..site.destination import Destination, Later, Write
 from ..site.distributions import Distribution, Environment
 from ..site.layout import MANIFEST
 from ..site.manifest import Manifest
@@ -172,12 +172,26 @@ class Rebuilt:
         """Wait for the compile check; Refused, naming the last change, for a file that does not compile."""
         if self.compiling is not None:
             results, self.compiling = self.compiling.results(), None
-            for path, (code, problem) in results.items():
-                if problem:
-                    raise rebuild.failed(self.last[path], f"the result does not compile: {problem}")
-                if code is not None:
-                    self.code[path] = code
+            self._take(results)
         return self
+
+    def checked_here(self) -> Rebuilt:
+        """The compile check of every module but the one a child is still compiling (``pending``)."""
+        if self.compiling is not None:
+            self._take(self.compiling.own())
+        return self
+
+    @property
+    def pending(self) -> str | None:
+        """The module whose compile check is still running in a child."""
+        return self.compiling.pending if self.compiling is not None else None
+
+    def _take(self, results: dict[str, Compiled]) -> None:
+        for path, (code, problem) in results.items():
+            if problem:
+                raise rebuild.failed(self.last[path], f"the result does not compile: {problem}")
+            if code is not None:
+                self.code[path] = code
 
     def discard(self) -> None:
         """The compile check's result is not wanted (the apply was refused): its child is reaped."""
@@ -190,8 +204,7 @@ def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[st
     """New content and manifest record of every file, for the fixes ``fix_ids`` of the plan.
     Raises Refused for a change that does not apply or (``wait``; else at ``checked``) a result
     that does not compile. The largest module's compile check starts (in a child) before any file is built."""
-    keep = not (sys.dont_write_bytecode or sys.pycache_prefix)  # no bytecode is written: check only
-    out = Rebuilt({}, {}, {}, {}, Compiler(keep))
+    out = Rebuilt({}, {}, {}, {}, Compiler(keep=_writes_bytecode()))  # else check only
     try:
         _build_into(out, plan, files, fix_ids)
     except BaseException:
@@ -237,13 +250,16 @@ def write_set(
     dists: list[Distribution],
     stamp: Callable[[], dict] | None = None,
     runtime: dict[Path, bytes | None] | None = None,
-) -> list[Write]:
+) -> tuple[list[Write], Later]:
     """The writes that take the site from what it is to the rebuilt files: targets and their
     bytecode, pristine copies, the runtime check's files (``runtime``: path -> bytes, None to
     remove), each distribution's RECORD kept true to what is installed, and the manifest (with
-    the warm path's ``stamp`` when anything is written)."""
+    the warm path's ``stamp`` when anything is written). Later: the bytecode of the module still
+    being compiled in a child; its ``make`` waits for the compile check and raises Refused for a
+    module that does not compile. Every other module is compiled (and checked) here, now."""
     new = rebuilt.new
-    targets = [Write(f.dist.file(path), new[path]) for path, f in files.items() if new[path] != f.current]
+    patched = {f.dist.file(path): path for path, f in files.items() if new[path] != f.current}  # target -> path
+    targets = [Write(target, new[path]) for target, path in patched.items()]
     runtime = runtime or {}
     writes = [Write(p, c) for p, c in runtime.items() if read_file(p) != c]
     kept: dict[str, bytes] = {}
@@ -263,22 +279,35 @@ def write_set(
         content = None if new_manifest.empty else new_manifest.to_bytes()
         if content is not None or (state_dir / MANIFEST).exists():
             writes.append(Write(state_dir / MANIFEST, content))
-    # The bytecode last: it waits for the compile check, which runs (in a child) while the rest is worked out.
-    return [*targets, *_bytecode(targets, files, rebuilt), *writes]
+    pending = rebuilt.checked_here().pending
+    later = tuple(_pyc(t) for t, path in patched.items() if path == pending and _writes_bytecode())
+
+    def make() -> list[Write]:  # waits for the child
+        rebuilt.checked()
+        return _bytecode(patched, rebuilt, lambda path: path == pending)
+
+    return [*targets, *_bytecode(patched, rebuilt, lambda path: path != pending), *writes], Later(later, make)
 
 
-def _bytecode(targets: list[Write], files: dict[str, InstalledFile], rebuilt: Rebuilt) -> list[Write]:
-    """The hash-based .pyc of each patched module, from the code object the compile check made
-    (none when this Python writes no bytecode, or writes it outside the site)."""
-    if sys.dont_write_bytecode or sys.pycache_prefix:
+def _writes_bytecode() -> bool:
+    return not (sys.dont_write_bytecode or sys.pycache_prefix)
+
+
+def _pyc(source: Path) -> Path:
+    return Path(importlib.util.cache_from_source(str(source)))
+
+
+def _bytecode(patched: dict[Path, str], rebuilt: Rebuilt, which: Callable[[str], bool]) -> list[Write]:
+    """The hash-based .pyc of each patched module written now that ``which`` selects, from the
+    code object the compile check made (none when this Python writes no bytecode, or writes it
+    outside the site)."""
+    if not _writes_bytecode():
         return []
-    written = {w.path for w in targets}
     out = []
-    for path, code in rebuilt.checked().code.items():
-        target = files[path].dist.file(path)
-        content = rebuilt.new[path]
-        if target in written and content is not None:
-            out.append(Write(Path(importlib.util.cache_from_source(str(target))), hash_based_pyc(code, content)))
+    for target, path in patched.items():
+        code, content = rebuilt.code.get(path), rebuilt.new[path]
+        if which(path) and code is not None and content is not None:
+            out.append(Write(_pyc(target), hash_based_pyc(code, content)))
     return out
 
 

@@ -37,11 +37,13 @@ def _cores() -> int:
 
 
 class Compiler:
-    """``ahead`` the largest module, ``add`` each module as it is built, ``results`` once."""
+    """``ahead`` the largest module, ``add`` each module as it is built; then ``results``, or
+    ``own`` and later ``theirs`` (the caller works between the two while the child compiles)."""
 
     def __init__(self, keep: bool = True) -> None:
         self.keep = keep  # False: check only (no bytecode will be written)
         self.sources: dict[str, bytes | None] = {}
+        self.done: dict[str, Compiled] = {}
         self.child: tuple[int, int, str] | None = None  # pid, the pipe's read end, the module it compiles
 
     def ahead(self, path: str, make: Callable[[], bytes | None]) -> None:
@@ -78,24 +80,44 @@ class Compiler:
             os.close(read)
             os.waitpid(pid, 0)
 
-    def results(self) -> dict[str, Compiled]:
-        """path -> (marshalled code, None) or (None, the compile error), in the order added; a file
-        that is not a Python module (or is removed) gives (None, None)."""
-        theirs = self.child[2] if self.child is not None else None
-        out = {p: _compile(p, c, self.keep) for p, c in self.sources.items() if p != theirs}
-        if self.child is not None:
-            pid, read, path = self.child
-            self.child = None
-            with os.fdopen(read, "rb") as got:
-                data = got.read()
-            _, status = os.waitpid(pid, 0)
-            sent = None
-            if os.waitstatus_to_exitcode(status) == 0:
-                with contextlib.suppress(EOFError, ValueError, TypeError):
-                    sent = marshal.loads(data)
-            if path in self.sources:
-                mine = self.sources[path]
-                fits = isinstance(sent, tuple) and len(sent) == 3 and sent[0] == sha256(mine)
-                out[path] = (sent[1], sent[2]) if fits else _compile(path, mine, self.keep)  # type: ignore[index]
-        return {p: out[p] for p in self.sources}
+    @property
+    def pending(self) -> str | None:
+        """The module the child is compiling, until :meth:`theirs` waits for it."""
+        return self.child[2] if self.child is not None else None
 
+    def own(self) -> dict[str, Compiled]:
+        """Compile here every module added but the child's: path -> (marshalled code, None) or
+        (None, the compile error); a file that is not a Python module (or is removed) gives (None, None)."""
+        theirs = self.pending
+        for p, c in self.sources.items():
+            if p not in self.done and p != theirs:
+                self.done[p] = _compile(p, c, self.keep)
+        return {p: r for p, r in self.done.items() if p != theirs}
+
+    def theirs(self) -> dict[str, Compiled]:
+        """Wait for the child: its module's result (compiled here when the child failed, or made
+        other bytes than were added); empty without a child."""
+        if self.child is None:
+            return {}
+        pid, read, path = self.child
+        self.child = None
+        with os.fdopen(read, "rb") as got:
+            data = got.read()
+        _, status = os.waitpid(pid, 0)
+        sent = None
+        if os.waitstatus_to_exitcode(status) == 0:
+            with contextlib.suppress(EOFError, ValueError, TypeError):
+                sent = marshal.loads(data)
+        if path not in self.sources:
+            return {}
+        mine = self.sources[path]
+        fits = isinstance(sent, tuple) and len(sent) == 3 and sent[0] == sha256(mine)
+        self.done[path] = (sent[1], sent[2]) if fits else _compile(path, mine, self.keep)  # type: ignore[index]
+        return {path: self.done[path]}
+
+    def results(self) -> dict[str, Compiled]:
+        """:meth:`own` and :meth:`theirs` together, in the order added."""
+        self.own()
+        self.done.update(self.theirs())
+        self.own()  # the child's module, had it not been added when the child was waited for
+        return {p: self.done[p] for p in self.sources}

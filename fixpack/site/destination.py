@@ -14,9 +14,9 @@ from typing import Protocol
 from . import lock, plugin, transaction
 from .distributions import Environment
 from .layout import JOURNAL
-from .transaction import Write
+from .transaction import NOTHING_LATER, Later, Write
 
-__all__ = ["Destination", "InPlace", "Write"]
+__all__ = ["Destination", "InPlace", "Later", "Write"]
 
 
 class Destination(Protocol):
@@ -26,9 +26,9 @@ class Destination(Protocol):
 
     def recover(self) -> str | None: ...
 
-    def check(self, writes: list[Write]) -> None: ...
+    def check(self, writes: list[Write], later: Later = NOTHING_LATER) -> None: ...
 
-    def commit(self, writes: list[Write]) -> None: ...
+    def commit(self, writes: list[Write], later: Later = NOTHING_LATER) -> None: ...
 
 
 class InPlace:
@@ -62,14 +62,17 @@ class InPlace:
         """Set an interrupted transaction's journal aside, files as they are; where it went."""
         return transaction.discard(self.state_dir)
 
-    def check(self, writes: list[Write]) -> None:
+    def check(self, writes: list[Write], later: Later = NOTHING_LATER) -> None:
         """Refuse, before any write, what the commit could not do."""
-        transaction.check(self.state_dir, writes, self.roots)
+        transaction.check(self.state_dir, writes, self.roots, later)
 
-    def commit(self, writes: list[Write]) -> None:
-        if writes:
-            self.check(writes)
-            try:
-                transaction.commit(self.state_dir, writes, self.roots)
-            finally:
-                plugin.prune(self.state_dir.parent)
+    def commit(self, writes: list[Write], later: Later = NOTHING_LATER) -> None:
+        """``writes``, then ``later``'s, all or nothing (what ``later`` raises leaves nothing changed)."""
+        if not writes and not later.paths:
+            later.make()  # its checks still run
+            return
+        self.check(writes, later)
+        try:
+            transaction.commit(self.state_dir, writes, self.roots, later)
+        finally:
+            plugin.prune(self.state_dir.parent)

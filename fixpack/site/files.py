@@ -13,6 +13,7 @@ __all__ = [
     "backup",
     "tmp_name",
     "atomic_write",
+    "keep_mode",
     "remove",
     "stale_bytecode",
     "remove_bytecode",
@@ -69,15 +70,22 @@ def atomic_write(path: Path, content: bytes, like: Path | None = None, sync_dir:
         fh.write(content)
         fh.flush()
         os.fsync(fh.fileno())
-    source = like if like is not None and like.exists() else None
-    if source is not None:
-        st = source.stat()
-        os.chmod(tmp, st.st_mode & 0o7777)
-        with contextlib.suppress(OSError):  # keep the owner when run as root on another's files
-            os.chown(tmp, st.st_uid, st.st_gid)
+    if like is not None:
+        keep_mode(tmp, like)
     os.replace(tmp, path)
     if sync_dir:
         fsync_dir(path.parent)
+
+
+def keep_mode(path: Path, like: Path) -> None:
+    """Give ``path`` the mode and owner of ``like``, when it exists."""
+    try:
+        st = like.stat()
+    except FileNotFoundError:
+        return
+    os.chmod(path, st.st_mode & 0o7777)
+    with contextlib.suppress(OSError):  # keep the owner when run as root on another's files
+        os.chown(path, st.st_uid, st.st_gid)
 
 
 def remove(path: Path) -> None:

@@ -2,10 +2,14 @@
 
 The recipe: take the environment's lock; check, before the first write, every folder the commit
 will write or remove in; write the journal (which files, their hashes before and after); back up
-every file about to change; replace each target atomically (keeping its mode); remove the stale
-bytecode of each changed module; remove the journal. A write that fails rolls back at once. A
-journal found later means a run died part way: ``recover`` puts every listed file back from its
-backup (or removes it if it did not exist), so the environment is wholly as before.
+every file about to change; stage each new content in a temporary file beside its target; then
+``later``'s writes (bytes still being worked out when the commit began: the bytecode of a module
+still being compiled), added to the journal and staged the same way, or, if ``later`` refuses,
+every staged file removed and nothing changed; replace each target by renaming its staged file
+over it (keeping its mode); remove the stale bytecode of each changed module; remove the journal.
+A write that fails rolls back at once. A journal found later means a run died part way:
+``recover`` puts every listed file back from its backup (or removes it if it did not exist) and
+removes what was staged, so the environment is wholly as before.
 
 The journal names each file by a root ("state", "site", "dist:NAME") and a path relative to it,
 never by an absolute path: a journal only ever touches files of the environment it is found in,
@@ -21,27 +25,38 @@ N-th durable write, rollback and recovery included.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
-import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..core.fingerprint import sha256
 from ..errors import EnvironmentProblem
 from ..structs import struct
 from . import confine, files
-from .files import CrashCounter, atomic_write, fsync_dir, remove, remove_bytecode, stale_bytecode, tmp_name
+from .files import CrashCounter, atomic_write, fsync_dir, keep_mode, remove, remove_bytecode, stale_bytecode, tmp_name
+from .journal import Entry, locate, read_backup
+from .journal import clear as clear_journal
+from .journal import parse as parse_journal
+from .journal import write as write_journal
 from .layout import JOURNAL, JOURNAL_INDEX
 from .lock import locked
 
-__all__ = ["Write", "STATE", "SITE", "check", "commit", "recover", "discard", "locked", "remove_bytecode"]
+__all__ = [
+    "Write",
+    "Later",
+    "NOTHING_LATER",
+    "STATE",
+    "SITE",
+    "check",
+    "commit",
+    "recover",
+    "discard",
+    "locked",
+    "remove_bytecode",
+]
 
 STATE, SITE = "state", "site"  # the journal's names of the state directory and of the folder holding it
-JOURNAL_FORMAT = 2  # 1 named files by absolute path
-_HASH = re.compile(r"^[0-9a-f]{64}$")
-_BACKUP = re.compile(r"^[0-9]+\.bak$")
 
 
 @struct(frozen=True)
@@ -52,17 +67,17 @@ class Write:
 
 
 @struct(frozen=True)
-class _Entry:
-    """One file of a transaction, as the journal names it."""
+class Later:
+    """Writes whose bytes are not known yet when the commit starts, to the ``paths`` named now
+    (checked with the rest before the first write). ``make`` is called once everything else is
+    staged; it may take its time (the commit's own writes go on meanwhile) and may raise, a
+    FixpackError, which leaves everything as it was."""
 
-    root: str
-    path: str
-    old: str | None  # sha256 before; None: the file did not exist
-    new: str | None
-    backup: str | None  # the backup's name in the journal folder; None when old is None
+    paths: tuple[Path, ...]
+    make: Callable[[], list[Write]]
 
-    def to_json(self) -> dict[str, str | None]:
-        return {"root": self.root, "path": self.path, "old": self.old, "new": self.new, "backup": self.backup}
+
+NOTHING_LATER = Later((), list)
 
 
 def way_out(state_dir: Path) -> str:
@@ -71,22 +86,6 @@ def way_out(state_dir: Path) -> str:
         f"check the files named; then `fixpack recover --site {state_dir.parent} --discard` sets the journal "
         "aside and leaves the files as they are, and `fixpack status` shows where each fix stands"
     )
-
-
-def _locate(path: Path, roots: dict[str, Path]) -> tuple[str, str]:
-    """The journal's name of ``path``: the innermost root holding it, and the path inside it."""
-    best: tuple[str, str] | None = None
-    depth = -1
-    for name, root in roots.items():  # in order: the first of equally deep roots wins
-        try:
-            rel = path.relative_to(root)
-        except ValueError:
-            continue
-        if len(root.parts) > depth:
-            best, depth = (name, rel.as_posix()), len(root.parts)
-    if best is None:
-        raise EnvironmentProblem(f"refusing to write {path}: it is under none of {', '.join(map(str, roots.values()))}")
-    return best
 
 
 def _state_folders(state_dir: Path) -> Path:
@@ -101,22 +100,23 @@ def _existing(folder: Path) -> Path:
     return folder
 
 
-def check(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None:
+def check(state_dir: Path, writes: list[Write], roots: dict[str, Path], later: Later = NOTHING_LATER) -> None:
     """Refuse, before any write, what the commit could not do: a path outside its root or through
     a symlink, and any folder the commit writes or removes in that is not writable.
 
     Files are replaced by renaming, so it is the folders that must be writable: each target's,
     each ``__pycache__`` holding bytecode to remove, the state directory's (for the journal), and
     for a folder still to be made, the nearest one that exists."""
-    if not writes:
+    paths = [w.path for w in writes] + list(later.paths)
+    if not paths:
         return
     journal = _state_folders(state_dir)
     folders: dict[Path, None] = {_existing(journal): None}
-    for w in writes:
-        name, rel = _locate(w.path, roots)
+    for path in paths:
+        name, rel = locate(path, roots)
         confine.inside(roots[name], rel)
-        folders[_existing(w.path.parent)] = None
-        for pyc in stale_bytecode(w.path):
+        folders[_existing(path.parent)] = None
+        for pyc in stale_bytecode(path):
             folders[pyc.parent] = None
     for folder in folders:
         if not os.access(folder, os.W_OK):
@@ -127,14 +127,16 @@ def check(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None:
             )
 
 
-def commit(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None:
-    """Apply ``writes`` all or nothing. The caller holds the lock and has run :func:`check`.
+def commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], later: Later = NOTHING_LATER) -> None:
+    """Apply ``writes`` and then ``later``'s all or nothing. The caller holds the lock and has run
+    :func:`check` with the same arguments.
 
     A write that fails (a full disk, a file that cannot be removed) rolls back what was done
-    before it, at once; a rollback that cannot finish keeps the journal for the next run."""
+    before it, at once; a rollback that cannot finish keeps the journal for the next run. What
+    ``later.make`` raises is raised again once what was staged is gone."""
     counter = CrashCounter()
     try:
-        _commit(state_dir, writes, roots, counter)
+        _commit(state_dir, writes, roots, later, counter)
     except OSError as exc:
         try:
             _recover(state_dir, roots, counter)
@@ -143,44 +145,101 @@ def commit(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None
         raise EnvironmentProblem(f"writing failed, everything was put back: {exc}") from None
 
 
-def _commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], counter: CrashCounter) -> None:
+def _commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], later: Later, counter: CrashCounter) -> None:
     journal = state_dir / JOURNAL
     journal.mkdir(parents=True, exist_ok=True)
-    entries = []
-    for i, w in enumerate(writes):
-        root, rel = _locate(w.path, roots)
-        old = w.path.read_bytes() if w.path.exists() else None
-        backup = f"{i}.bak" if old is not None else None
-        entries.append(_Entry(root, rel, sha256(old), sha256(w.content), backup))
-    index = {"format": JOURNAL_FORMAT, "entries": [e.to_json() for e in entries]}
-    atomic_write(journal / JOURNAL_INDEX, json.dumps(index, indent=1).encode())
-    counter.wrote()
-    for w, entry in zip(writes, entries):
-        if entry.backup is not None:
-            files.backup(w.path, journal / entry.backup)
-            counter.wrote()
-    fsync_dir(journal)  # every backup is durable before the first target changes
-    linked = _link_copies(writes)
+    entries: list[Entry] = []
+    made: list[Path] = []  # folders the staging made
+    staged: list[Path] = []  # temporary files it wrote
+    try:  # until the first target changes, a failure (or ``later`` refusing) leaves no trace
+        _journal(journal, writes, roots, entries, counter)
+        _stage(writes, made, staged, counter)
+        extra = later.make()
+        unnamed = [str(w.path) for w in extra if w.path not in later.paths]
+        if unnamed:
+            raise EnvironmentProblem(f"refusing to write {', '.join(unnamed)}: not among the paths checked")
+        if extra:
+            _journal(journal, extra, roots, entries, counter)
+            _stage(extra, made, staged, counter)
+    except BaseException:
+        _unstage(staged, made)
+        clear_journal(journal)
+        _prune(state_dir)
+        raise
     folders: dict[Path, None] = {}
-    for w in writes:
+    for w in [*writes, *extra]:
         if w.content is None:
             with contextlib.suppress(FileNotFoundError):
                 w.path.unlink()
-        elif w.path in linked:
-            os.replace(tmp_name(w.path), w.path)
         else:
-            w.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(w.path, w.content, like=w.path, sync_dir=False)
+            os.replace(tmp_name(w.path), w.path)
         folders[w.path.parent] = None
         remove_bytecode(w.path)
         counter.wrote()
     for folder in folders:  # every rename is durable before the journal goes
         fsync_dir(folder)
-    _clear_journal(journal)
+    clear_journal(journal)
     _prune(state_dir)
 
 
-def _link_copies(writes: list[Write]) -> set[Path]:
+def _journal(
+    journal: Path, writes: list[Write], roots: dict[str, Path], entries: list[Entry], counter: CrashCounter
+) -> None:
+    """Add ``writes`` to the journal (written whole again, atomically) and back up each file they
+    change; all of it durable before anything of theirs is staged."""
+    start = len(entries)
+    for i, w in enumerate(writes, start):
+        root, rel = locate(w.path, roots)
+        old = w.path.read_bytes() if w.path.exists() else None
+        backup = f"{i}.bak" if old is not None else None
+        entries.append(Entry(root, rel, sha256(old), sha256(w.content), backup))
+    write_journal(journal, entries)
+    counter.wrote()
+    for w, entry in zip(writes, entries[start:]):
+        if entry.backup is not None:
+            files.backup(w.path, journal / entry.backup)
+            counter.wrote()
+    fsync_dir(journal)  # every backup is durable before the first target changes
+
+
+def _stage(writes: list[Write], made: list[Path], staged: list[Path], counter: CrashCounter) -> None:
+    """Each new content in its temporary file beside its target, synced; no target changes yet."""
+    linked = _link_copies(writes, made, staged, counter)
+    for w in writes:
+        if w.content is None or w.path in linked:
+            continue
+        _make_parents(w.path.parent, made)
+        tmp = tmp_name(w.path)
+        staged.append(tmp)
+        with open(tmp, "wb") as fh:
+            fh.write(w.content)
+            fh.flush()
+            os.fsync(fh.fileno())
+        keep_mode(tmp, w.path)
+        counter.wrote()
+
+
+def _unstage(staged: list[Path], made: list[Path]) -> None:
+    """Remove what :func:`_stage` wrote, and the folders it made (deepest first)."""
+    for tmp in staged:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    for folder in reversed(made):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _make_parents(folder: Path, made: list[Path]) -> None:
+    missing = []
+    while not folder.is_dir():
+        missing.append(folder)
+        folder = folder.parent
+    for f in reversed(missing):
+        f.mkdir(exist_ok=True)
+        made.append(f)
+
+
+def _link_copies(writes: list[Write], made: list[Path], staged: list[Path], counter: CrashCounter) -> set[Path]:
     """The writes whose ``same_as`` holds exactly their bytes, each given a hard link to it as its
     temporary file now, before any target changes: the pristine copy of a file about to be
     patched is its old inode (targets are replaced by renaming, never written in place), with no
@@ -193,12 +252,14 @@ def _link_copies(writes: list[Write]) -> set[Path]:
         try:
             if w.same_as.read_bytes() != w.content:
                 continue
-            w.path.parent.mkdir(parents=True, exist_ok=True)
+            _make_parents(w.path.parent, made)
             tmp.unlink(missing_ok=True)
+            staged.append(tmp)
             os.link(w.same_as, tmp)
         except OSError:
             continue
         linked.add(w.path)
+        counter.wrote()
     return linked
 
 
@@ -209,59 +270,6 @@ def _prune(state_dir: Path) -> None:
             folder.rmdir()
     with contextlib.suppress(OSError):
         state_dir.rmdir()
-
-
-def _clear_journal(journal: Path) -> None:
-    # journal.json goes first: without it the folder's remains mean nothing.
-    remove(journal / JOURNAL_INDEX)
-    for leftover in journal.iterdir():
-        leftover.unlink()
-    journal.rmdir()
-    fsync_dir(journal.parent)
-
-
-def _parse(raw: bytes, roots: dict[str, Path]) -> list[_Entry]:
-    """The journal's entries; ValueError, saying what is wrong, for anything but fixpack's shape."""
-    data = json.loads(raw)
-    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
-        raise ValueError("not a fixpack journal (no list of entries)")
-    if data.get("format", 1) != JOURNAL_FORMAT:  # format 1 (no "format" key) named files by absolute path
-        raise ValueError(f"journal format {data.get('format', 1)!r}; this fixpack reads format {JOURNAL_FORMAT}")
-    entries = []
-    for n, e in enumerate(data["entries"]):
-        if not isinstance(e, dict) or set(e) != {"root", "path", "old", "new", "backup"}:
-            raise ValueError(f"entry {n} is not {{root, path, old, new, backup}}")
-        if e["root"] not in roots:
-            known = ", ".join(sorted(roots))
-            raise ValueError(f"entry {n} names root {e['root']!r}, which this environment does not have ({known})")
-        if not isinstance(e["path"], str):
-            raise ValueError(f"entry {n}: path is not text")
-        for key in ("old", "new"):
-            if e[key] is not None and not (isinstance(e[key], str) and _HASH.match(e[key])):
-                raise ValueError(f"entry {n}: {key} is not a sha256 hex digest")
-        if (e["backup"] is None) != (e["old"] is None):
-            raise ValueError(f"entry {n}: a backup is named exactly when the file existed before")
-        if e["backup"] is not None and not (isinstance(e["backup"], str) and _BACKUP.match(e["backup"])):
-            raise ValueError(f"entry {n}: backup {e['backup']!r} is not a name in the journal folder")
-        entries.append(_Entry(e["root"], e["path"], e["old"], e["new"], e["backup"]))
-    return entries
-
-
-def _read_backup(journal: Path, entry: _Entry) -> bytes:
-    """The backup's bytes, only from a regular file in the journal folder, and only if they are
-    the bytes the journal says the file had."""
-    assert entry.backup is not None
-    path = journal / entry.backup
-    try:
-        mode = os.lstat(path).st_mode
-        if not stat.S_ISREG(mode):
-            raise ValueError(f"backup {path} is not a regular file")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ValueError(f"backup {path} cannot be read ({exc.strerror})") from None
-    if sha256(data) != entry.old:
-        raise ValueError(f"backup {path} is not the bytes the journal recorded (its sha256 is not {entry.old})")
-    return data
 
 
 def recover(state_dir: Path, roots: dict[str, Path]) -> bool:
@@ -280,7 +288,7 @@ def _recover(state_dir: Path, roots: dict[str, Path], counter: CrashCounter) -> 
         _finish(journal, state_dir)
         return True
     try:
-        entries = _parse(index.read_bytes(), roots)
+        entries = parse_journal(index.read_bytes(), roots)
         # Everything is judged before the first write: a journal that cannot be trusted leaves the site as it is.
         plan: list[tuple[Path, bool, bytes | None]] = []  # path, to restore, its old bytes (None: remove)
         for entry in entries:
@@ -289,7 +297,7 @@ def _recover(state_dir: Path, roots: dict[str, Path], counter: CrashCounter) -> 
             if now == entry.old:
                 plan.append((path, False, None))
             elif now == entry.new:
-                plan.append((path, True, _read_backup(journal, entry) if entry.old is not None else None))
+                plan.append((path, True, read_backup(journal, entry) if entry.old is not None else None))
             else:
                 raise ValueError(f"{path} changed outside fixpack during the interrupted transaction")
     except (OSError, ValueError, RecursionError, EnvironmentProblem) as exc:
@@ -330,7 +338,7 @@ def _recover(state_dir: Path, roots: dict[str, Path], counter: CrashCounter) -> 
 
 def _finish(journal: Path, state_dir: Path) -> None:
     try:
-        _clear_journal(journal)
+        clear_journal(journal)
     except OSError as exc:
         raise EnvironmentProblem(
             f"the files are as before, but the journal {journal} could not be removed ({exc.strerror}); "
