@@ -50,7 +50,7 @@ def test_the_largest_is_built_and_compiled_in_a_child_and_the_results_are_the_sa
     here = compiled_here(monkeypatch)
     compiler = compiling.Compiler()
     compiler.ahead("pkg/big.py", lambda: BIG)
-    assert compiler.child is not None and compiler.child[2] == "pkg/big.py"  # started before anything is added
+    assert compiler.pending == "pkg/big.py"  # started before anything is added
     compiler.add("pkg/small.py", SOURCES["pkg/small.py"])
     compiler.add("pkg/big.py", BIG)
     order = ["pkg/small.py", "pkg/big.py"]
@@ -123,8 +123,36 @@ def test_a_child_that_dies_is_made_up_for_here(two_cores, monkeypatch):
 def test_a_check_whose_results_are_not_wanted_leaves_no_child(two_cores):
     compiler = compiling.Compiler()
     compiler.ahead("pkg/big.py", lambda: BIG)
-    pid = compiler.child[0]
+    assert compiler.child is not None
+    pid = compiler.child.pid
     compiler.close()
     assert compiler.child is None
     with pytest.raises(ChildProcessError):  # reaped already
         os.waitpid(pid, os.WNOHANG)
+
+
+def test_the_child_s_content_is_taken_instead_of_building_it_again(two_cores):
+    built_here = []
+
+    def make() -> bytes:
+        built_here.append(os.getpid())
+        return BIG
+
+    compiler = compiling.Compiler()
+    compiler.ahead("pkg/big.py", make)
+    assert compiler.built("pkg/big.py", make) == BIG and built_here == []  # the child's bytes
+    assert compiler.built("pkg/small.py", lambda: b"X = 1\n") == b"X = 1\n"  # not the child's: made here
+    compiler.add("pkg/big.py", BIG)
+    assert compiler.results() == {"pkg/big.py": serial(SOURCES)["pkg/big.py"]}
+
+
+def test_a_child_that_cannot_build_leaves_the_building_here(two_cores):
+    def broken() -> bytes:
+        raise ValueError("a change does not apply")
+
+    compiler = compiling.Compiler()
+    compiler.ahead("pkg/big.py", broken)
+    with pytest.raises(ValueError, match="does not apply"):  # made here: the same error, raised here
+        compiler.built("pkg/big.py", broken)
+    compiler.close()
+    assert compiler.child is None

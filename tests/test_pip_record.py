@@ -3,6 +3,8 @@ fixpack's own state, and a reinstall starts clean."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import shutil
 import subprocess
@@ -11,8 +13,10 @@ from pathlib import Path
 
 import pytest
 from builders import BATCH, PRISTINE, RUNNER, SAMPLER, make_site, write_dist
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fixpack.site.record import read_record
+from fixpack.site.record import read_record, render_record, rewrite_record, row_for
 
 EDITS = {
     "vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 3\n", "return 33\n")),
@@ -104,3 +108,43 @@ def test_an_editable_install_keeps_its_record(cli, cookbook, tmp_path):
     assert after[gaudi] == before[gaudi]  # its files live in the checkout, which RECORD does not list
     assert cli("revert", "--site", str(site.path)).exit_code == 0
     assert records(site.path) == before
+
+
+PATHS = st.sampled_from(["a/x.py", "a/y.py", "b,c/z.py", 'q"uote.py', "a/x.pyc", "a/x.py.bak"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.tuples(PATHS, st.booleans()), max_size=8),
+    files=st.dictionaries(PATHS, st.one_of(st.none(), st.binary(max_size=20)), max_size=4),
+    crlf=st.booleans(),
+    last_newline=st.booleans(),
+)
+def test_rewrite_record_changes_only_the_rows_of_the_files_written(rows, files, crlf, last_newline):
+    """Against csv itself: every row of a file written is rewritten (or dropped when it is
+    removed), every other row kept byte for byte, and new files are listed at the end."""
+    newline = "\r\n" if crlf else "\n"
+    lines = []
+    for path, quote_all in rows:
+        out = io.StringIO()
+        csv.writer(out, lineterminator=newline, quoting=csv.QUOTE_ALL if quote_all else csv.QUOTE_MINIMAL).writerow(
+            [path, "sha256=old", "3"]
+        )
+        lines.append(out.getvalue())
+    if lines and not last_newline:
+        lines[-1] = lines[-1][: -len(newline)]
+    text = "".join(lines)
+    written = "\r\n" if "\r\n" in text or not text else "\n"  # as the RECORD has it
+    got = rewrite_record(text.encode(), files, []).decode()
+    expected = []
+    for line, (path, _) in zip(lines, rows):
+        if path not in files:
+            expected.append(line)
+        elif files[path] is not None:
+            expected.append(render_record([row_for(path, files[path])], written).decode())
+    kept = "".join(expected)
+    if kept and not kept.endswith("\n"):
+        kept += written
+    listed = {path for path, _ in rows}
+    new = [row_for(p, c) for p, c in files.items() if p not in listed and c is not None]
+    assert got == kept + render_record(new, written).decode()

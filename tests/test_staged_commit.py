@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from builders import PRISTINE, REPO, SAMPLER, make_site, run_cli
 
-from fixpack.core import compiling
+from fixpack.core import compiling, rebuild
 from fixpack.core.compiling import WORTH_A_CHILD
 from fixpack.errors import EnvironmentProblem
 from fixpack.site import transaction
@@ -76,9 +76,17 @@ def test_the_child_s_bytecode_comes_late_and_is_written(cli, cookbook, tmp_path,
         return real(path, content, keep)
 
     monkeypatch.setattr(compiling, "_compile", counting)
+    built_here, real_build = [], rebuild.build
+
+    def building(pristine, chain):
+        built_here.append(pristine)
+        return real_build(pristine, chain)
+
+    monkeypatch.setattr(rebuild, "build", building)
     r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
     assert r.exit_code == 0, r.stderr
     assert BIG_PATH not in here and "vllm/sampler.py" in here  # the big one was compiled in the child
+    assert SAMPLER.encode() in built_here and BIG.encode() not in built_here  # and built there only
     assert len(stages) == 2 and stages[1] == 1  # everything else first, then the child's bytecode alone
     pyc = Path(importlib.util.cache_from_source(str(site.file(BIG_PATH))))
     data = pyc.read_bytes()

@@ -217,15 +217,22 @@ def _build_into(out: Rebuilt, plan: Plan, files: dict[str, InstalledFile], fix_i
     chains = {path: [pc.change for pc in plan.changes_for(path) if pc.change.fix_id in fix_ids] for path in files}
     compiler = out.compiling
     assert compiler is not None
-    # The largest module's compile check, the longest, starts first: a child builds it too.
+    # The largest module's compile check, the longest, starts first: a child builds it, and its
+    # content is taken from the child once every other file is built here.
     sizes = {path: len(files[path].base.pristine or b"") for path in files if chains[path]}
     largest = max(sizes, key=sizes.__getitem__, default=None)
+
+    def build(path: str) -> bytes | None:
+        return rebuild.build(files[path].base.pristine, chains[path])
+
     if largest is not None and sizes[largest] >= WORTH_A_CHILD:
-        pristine, chain = files[largest].base.pristine, chains[largest]
-        compiler.ahead(largest, lambda: rebuild.build(pristine, chain))
+        compiler.ahead(largest, lambda: build(largest))
+    built = {path: build(path) for path in files if path != largest}
+    if largest is not None:
+        built[largest] = compiler.built(largest, lambda: build(largest))
     for path, f in files.items():
         changes = chains[path]
-        content = out.new[path] = rebuild.build(f.base.pristine, changes)
+        content = out.new[path] = built[path]
         if not changes:  # the file goes back to the release's bytes, recognised by their hash
             continue
         compiler.add(path, content)

@@ -30,15 +30,15 @@ def inside(root: Path, rel: str, *, folder: bool = False) -> Path:
     except UnsafePath as exc:
         raise EnvironmentProblem(f"refusing {exc}: fixpack only writes inside {root}", path=rel) from None
     path = root / rel
-    fence = os.path.realpath(root)
-    # rel has no "..", so only a symlinked folder on the way can lead out of the root.
-    real_parent = os.path.realpath(path.parent)
-    if real_parent != fence and not real_parent.startswith(fence.rstrip(os.sep) + os.sep):
-        raise EnvironmentProblem(
-            f"refusing {path}: a symlinked folder on the way leads out of {root} (to {real_parent}); "
-            "fixpack writes only inside the installation it patches",
-            path=str(path),
-        )
+    if _symlinked_folder(str(root), rel):  # rel has no "..": only a symlinked folder can lead out
+        fence = os.path.realpath(root)
+        real_parent = os.path.realpath(path.parent)
+        if real_parent != fence and not real_parent.startswith(fence.rstrip(os.sep) + os.sep):
+            raise EnvironmentProblem(
+                f"refusing {path}: a symlinked folder on the way leads out of {root} (to {real_parent}); "
+                "fixpack writes only inside the installation it patches",
+                path=str(path),
+            )
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -57,3 +57,19 @@ def inside(root: Path, rel: str, *, folder: bool = False) -> Path:
         what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
         raise EnvironmentProblem(f"refusing {path}: it is {what}, where a source file was expected", path=str(path))
     return path
+
+
+def _symlinked_folder(root: str, rel: str) -> bool:
+    """Whether a folder on the way from ``root`` to ``rel``'s file is a symlink (the root's own
+    path may have links: they are the same for everything inside it). The walk stops where the
+    folders do not exist yet, as fixpack makes them: real folders."""
+    here = root
+    for part in rel.split("/")[:-1]:
+        here = f"{here}{os.sep}{part}"
+        try:
+            mode = os.lstat(here).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        if stat.S_ISLNK(mode):
+            return True
+    return False

@@ -75,18 +75,34 @@ def rewrite_record(pristine: bytes, files: dict[str, bytes | None], unhashed: li
     (a RECORD has thousands of rows, and this runs on every cold start)."""
     text = pristine.decode("utf-8", "surrogateescape")  # every byte of a row kept as it was
     newline = "\r\n" if "\r\n" in text or not text else "\n"
+    spans = sorted((start, end, path) for path in files for start, end in _rows_of(text, path))
     out: list[str] = []
-    seen = set()
-    for line in text.splitlines(keepends=True):
-        # A path with a comma or a quote is quoted (csv); any other starts the line plainly.
-        path = next(csv.reader([line]), [""])[0] if line.startswith('"') else line.split(",", 1)[0]
-        seen.add(path)
-        if path not in files:
-            out.append(line)
-        elif files[path] is not None:
-            out.append(render_record([row_for(path, files[path])], newline).decode("utf-8"))  # type: ignore[arg-type]
-    if out and not out[-1].endswith("\n"):
-        out[-1] += newline
+    at = 0
+    for start, end, path in spans:
+        out.append(text[at:start])
+        content = files[path]
+        if content is not None:
+            out.append(render_record([row_for(path, content)], newline).decode("utf-8"))
+        at = end
+    out.append(text[at:])
+    kept = "".join(out)
+    if kept and not kept.endswith("\n"):
+        kept += newline
+    seen = {path for _, _, path in spans}
     added = [row_for(path, content) for path, content in files.items() if path not in seen and content is not None]
     added += [(path, "", "") for path in unhashed if path not in seen]
-    return "".join(out).encode("utf-8", "surrogateescape") + render_record(added, newline)
+    return kept.encode("utf-8", "surrogateescape") + render_record(added, newline)
+
+
+def _rows_of(text: str, path: str) -> list[tuple[int, int]]:
+    """Where each row of ``path`` is in RECORD's text (start, end, its newline included): a line
+    whose first field is ``path``, plain or quoted as csv quotes it."""
+    spans = []
+    for head in {path + ",", '"' + path.replace('"', '""') + '",'}:
+        start = text.find(head)
+        while start != -1:
+            if start == 0 or text[start - 1] == "\n":
+                end = text.find("\n", start)
+                spans.append((start, len(text) if end == -1 else end + 1))
+            start = text.find(head, start + 1)
+    return spans
