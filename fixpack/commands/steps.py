@@ -218,7 +218,7 @@ def _build_into(out: Rebuilt, plan: Plan, files: dict[str, InstalledFile], fix_i
     compiler = out.compiling
     assert compiler is not None
     # The largest module's compile check, the longest, starts first: a child builds it, and its
-    # content is taken from the child once every other file is built here.
+    # content is taken from the child once every other file is built and compiled here.
     sizes = {path: len(files[path].base.pristine or b"") for path in files if chains[path]}
     largest = max(sizes, key=sizes.__getitem__, default=None)
 
@@ -227,7 +227,13 @@ def _build_into(out: Rebuilt, plan: Plan, files: dict[str, InstalledFile], fix_i
 
     if largest is not None and sizes[largest] >= WORTH_A_CHILD:
         compiler.ahead(largest, lambda: build(largest))
-    built = {path: build(path) for path in files if path != largest}
+    built = {}
+    for path in files:
+        if path != largest:
+            built[path] = build(path)
+            if chains[path]:
+                compiler.add(path, built[path])
+    compiler.own()  # while the child builds and compiles the largest: its content is ready after
     if largest is not None:
         built[largest] = compiler.built(largest, lambda: build(largest))
     for path, f in files.items():

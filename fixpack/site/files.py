@@ -104,8 +104,10 @@ def stale_bytecode(source: Path) -> list[Path]:
     return [cache / n for n in os.listdir(cache) if n.startswith(prefix) and n.endswith(".pyc")]
 
 
-def remove_bytecode(source: Path) -> None:
-    """Remove every cached ``.pyc`` of a module, so the next import compiles the new source."""
+def remove_bytecode(source: Path, but: set[Path] | frozenset[Path] = frozenset()) -> None:
+    """Remove every cached ``.pyc`` of a module (but those in ``but``), so the next import
+    compiles the new source."""
     for pyc in stale_bytecode(source):
-        with contextlib.suppress(FileNotFoundError):
-            pyc.unlink()
+        if pyc not in but:
+            with contextlib.suppress(FileNotFoundError):
+                pyc.unlink()

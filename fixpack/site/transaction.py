@@ -153,33 +153,38 @@ def _commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], later:
     staged: list[Path] = []  # temporary files it wrote
     try:  # until the first target changes, a failure (or ``later`` refusing) leaves no trace
         _journal(journal, writes, roots, entries, counter)
-        _stage(writes, made, staged, counter)
+        in_place = _stage(writes, made, staged, counter)
         extra = later.make()
         unnamed = [str(w.path) for w in extra if w.path not in later.paths]
         if unnamed:
             raise EnvironmentProblem(f"refusing to write {', '.join(unnamed)}: not among the paths checked")
         if extra:
             _journal(journal, extra, roots, entries, counter)
-            _stage(extra, made, staged, counter)
+            in_place |= _stage(extra, made, staged, counter)
     except BaseException:
         _unstage(staged, made)
         clear_journal(journal)
         _prune(state_dir)
         raise
     folders: dict[Path, None] = {}
-    for w in [*writes, *extra]:
+    everything = [*writes, *extra]
+    written = {w.path for w in everything}
+    for w in everything:
+        if w.path in in_place:
+            continue
         if w.content is None:
             with contextlib.suppress(FileNotFoundError):
                 w.path.unlink()
         else:
             os.replace(tmp_name(w.path), w.path)
         folders[w.path.parent] = None
-        remove_bytecode(w.path)
+        remove_bytecode(w.path, but=written)  # a .pyc this commit writes is replaced, not removed
         counter.wrote()
     for folder in folders:  # every rename is durable before the journal goes
         fsync_dir(folder)
     clear_journal(journal)
-    _prune(state_dir)
+    if any(w.content is None for w in everything):  # only a removal can leave a folder empty
+        _prune(state_dir)
 
 
 def _journal(
@@ -202,8 +207,9 @@ def _journal(
     fsync_dir(journal)  # every backup is durable before the first target changes
 
 
-def _stage(writes: list[Write], made: list[Path], staged: list[Path], counter: CrashCounter) -> None:
-    """Each new content in its temporary file beside its target, synced; no target changes yet."""
+def _stage(writes: list[Write], made: list[Path], staged: list[Path], counter: CrashCounter) -> set[Path]:
+    """Each new content in its temporary file beside its target, synced; no target changes yet.
+    Returns the writes already in place (new files linked where they go)."""
     linked = _link_copies(writes, made, staged, counter)
     for w in writes:
         if w.content is None or w.path in linked:
@@ -217,10 +223,11 @@ def _stage(writes: list[Write], made: list[Path], staged: list[Path], counter: C
             os.fsync(fh.fileno())
         keep_mode(tmp, w.path)
         counter.wrote()
+    return {p for p, in_place in linked.items() if in_place}
 
 
 def _unstage(staged: list[Path], made: list[Path]) -> None:
-    """Remove what :func:`_stage` wrote, and the folders it made (deepest first)."""
+    """Remove what :func:`_stage` wrote (or linked), and the folders it made (deepest first)."""
     for tmp in staged:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -239,27 +246,33 @@ def _make_parents(folder: Path, made: list[Path]) -> None:
         made.append(f)
 
 
-def _link_copies(writes: list[Write], made: list[Path], staged: list[Path], counter: CrashCounter) -> set[Path]:
-    """The writes whose ``same_as`` holds exactly their bytes, each given a hard link to it as its
-    temporary file now, before any target changes: the pristine copy of a file about to be
-    patched is its old inode (targets are replaced by renaming, never written in place), with no
-    bytes to write or sync. Anything else (another file system, other bytes) is written as usual."""
-    linked = set()
+def _link_copies(writes: list[Write], made: list[Path], staged: list[Path], counter: CrashCounter) -> dict[Path, bool]:
+    """The writes whose ``same_as`` holds exactly their bytes, each given a hard link to it now,
+    before any target changes: the pristine copy of a file about to be patched is its old inode
+    (targets are replaced by renaming, never written in place), with no bytes to write or sync.
+    A new file is linked where it goes (a link is there whole or not at all; its folder is
+    synced here): True; one that exists gets its temporary file linked: False. Anything else
+    (another file system, other bytes) is written as usual."""
+    linked: dict[Path, bool] = {}
     for w in writes:
         if w.same_as is None or w.content is None:
             continue
-        tmp = tmp_name(w.path)
+        in_place = not os.path.lexists(w.path)
+        to = w.path if in_place else tmp_name(w.path)
         try:
             if w.same_as.read_bytes() != w.content:
                 continue
             _make_parents(w.path.parent, made)
-            tmp.unlink(missing_ok=True)
-            staged.append(tmp)
-            os.link(w.same_as, tmp)
+            if not in_place:
+                to.unlink(missing_ok=True)
+            staged.append(to)
+            os.link(w.same_as, to)
         except OSError:
             continue
-        linked.add(w.path)
+        linked[w.path] = in_place
         counter.wrote()
+    for folder in dict.fromkeys(p.parent for p, in_place in linked.items() if in_place):
+        fsync_dir(folder)
     return linked
 
 

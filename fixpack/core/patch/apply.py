@@ -95,10 +95,11 @@ def _nearest(lines: list[str], start: int, want: tuple[str, ...]) -> str:
     return "\n".join(diff)
 
 
-def _apply_lines(fd: FileDiff, lines: list[str]) -> list[str]:
+def _apply_lines(fd: FileDiff, lines: list[str], any_crlf: bool | None = None) -> list[str]:
     # A line's key differs from the line only when it ends in \r\n, and only a file with one can
-    # be pure CRLF: one C-speed search spares both for a file that has none (most).
-    text = "".join(lines)
+    # be pure CRLF: one C-speed search spares both for a file that has none (most). ``any_crlf``
+    # False: the caller knows the lines have none.
+    text = "".join(lines) if any_crlf is not False else ""
     any_crlf = "\r\n" in text
     crlf = any_crlf and _to_crlf(fd, text)
     keys = [key(line) for line in lines] if any_crlf else lines
@@ -130,14 +131,14 @@ def _apply_lines(fd: FileDiff, lines: list[str]) -> list[str]:
     return out
 
 
-def _step(fd: FileDiff, lines: list[str] | None) -> list[str] | None:
+def _step(fd: FileDiff, lines: list[str] | None, any_crlf: bool | None = None) -> list[str] | None:
     if fd.creates:
         if lines is not None:
             raise HunkFailed(fd.path, 1, 0, "", "the file already exists, and this change creates it")
         lines = []
     elif lines is None:
         raise HunkFailed(fd.path, 1, 0, "", "the file is absent, and this change edits it")
-    out = _apply_lines(fd, lines)
+    out = _apply_lines(fd, lines, any_crlf)
     if fd.deletes:
         if out:
             raise HunkFailed(fd.path, len(fd.hunks), 0, "".join(out[:5]), "lines remain in a file this change deletes")
@@ -156,7 +157,10 @@ def apply(fd: FileDiff, content: bytes | None) -> bytes | None:
 def apply_chain(fds: list[FileDiff], content: bytes | None) -> bytes | None:
     """Apply several diffs of one file in order, decoding and encoding the file once; the same
     bytes as ``apply`` one after the other."""
-    lines = None if content is None else split_lines(content.decode(ENC, ERRORS))
+    text = None if content is None else content.decode(ENC, ERRORS)
+    lines = None if text is None else split_lines(text)
+    any_crlf = text is not None and "\r\n" in text  # the file as it is after each step, below
     for fd in fds:
-        lines = _step(fd, lines)
+        lines = _step(fd, lines, None if any_crlf else False)
+        any_crlf = any_crlf or any("\r\n" in line for hunk in fd.hunks for tag, line in hunk.lines if tag == "+")
     return None if lines is None else "".join(lines).encode(ENC, ERRORS)
