@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# The suite runs the same whatever the caller's shell has: no bytecode written (as where it was
+# built), so that an apply writes no .pyc (and a test's site holds only the files it wrote) unless
+# the test asks for it, as test_staged_commit.py and test_overlay.py do.
+os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+sys.dont_write_bytecode = True
 
 from builders import PRISTINE, Cookbook, Site, make_site  # noqa: E402
 
