@@ -236,12 +236,12 @@ def _build_into(out: Rebuilt, plan: Plan, files: dict[str, InstalledFile], fix_i
     compiler.own()  # while the child builds and compiles the largest: its content is ready after
     if largest is not None:
         built[largest] = compiler.built(largest, lambda: build(largest))
+        compiler.add(largest, built[largest])
     for path, f in files.items():
         changes = chains[path]
         content = out.new[path] = built[path]
         if not changes:  # the file goes back to the release's bytes, recognised by their hash
             continue
-        compiler.add(path, content)
         out.last[path] = changes[-1]
         out.records[path] = FileRecord(
             f.dist.name,

@@ -29,7 +29,7 @@ Compiled = tuple[bytes | None, str | None]  # marshalled code object (when kept)
 
 WORTH_A_CHILD = 64 * 1024  # bytes of source: about 20 ms to compile, several times a fork's cost
 
-_PIPE = 1 << 20  # what Linux lets any user give a pipe: the child sends its content without waiting
+_PIPE = 1 << 20  # what Linux lets any user give a pipe: the child sends a module up to this size without waiting
 
 
 def _compile(path: str, content: bytes | None, keep: bool) -> Compiled:

@@ -13,6 +13,7 @@ __all__ = [
     "backup",
     "tmp_name",
     "atomic_write",
+    "write_synced",
     "keep_mode",
     "remove",
     "stale_bytecode",
@@ -51,30 +52,29 @@ def backup(source: Path, backup: Path) -> None:
     try:
         os.link(source, backup)
     except OSError:  # another file system, or links not allowed: copy
-        with open(backup, "wb") as fh:
-            fh.write(source.read_bytes())
-            fh.flush()
-            os.fsync(fh.fileno())
+        write_synced(backup, source.read_bytes())
 
 
 def tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.fixpack-tmp")
 
 
-def atomic_write(path: Path, content: bytes, like: Path | None = None, sync_dir: bool = True) -> None:
-    """Write via a temporary file in the same folder and rename it over ``path``.
-
-    ``sync_dir=False``: the caller fsyncs the folder later (once for several renames)."""
-    tmp = tmp_name(path)
-    with open(tmp, "wb") as fh:
+def write_synced(path: Path, content: bytes) -> None:
+    """Write ``path`` (created or truncated) and fsync it."""
+    with open(path, "wb") as fh:
         fh.write(content)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def atomic_write(path: Path, content: bytes, like: Path | None = None) -> None:
+    """Write via a temporary file in the same folder, rename it over ``path``, fsync the folder."""
+    tmp = tmp_name(path)
+    write_synced(tmp, content)
     if like is not None:
         keep_mode(tmp, like)
     os.replace(tmp, path)
-    if sync_dir:
-        fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def keep_mode(path: Path, like: Path) -> None:

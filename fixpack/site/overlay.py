@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ..errors import EnvironmentProblem
 from . import confine, lock
-from .files import CrashCounter, fsync_dir
+from .files import CrashCounter, fsync_dir, write_synced
 from .layout import MANIFEST, STATE_DIR_NAME
 from .warm import exec_command
 
@@ -143,10 +143,7 @@ class Overlay:
             for rel, content in sorted(files.items()):
                 path = confine.inside(tmp, rel)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                with open(path, "wb") as fh:
-                    fh.write(content)
-                    fh.flush()
-                    os.fsync(fh.fileno())
+                write_synced(path, content)
                 folders.add(path.parent)
                 counter.wrote()
             for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):

@@ -34,7 +34,17 @@ from ..core.fingerprint import sha256
 from ..errors import EnvironmentProblem
 from ..structs import struct
 from . import confine, files
-from .files import CrashCounter, atomic_write, fsync_dir, keep_mode, remove, remove_bytecode, stale_bytecode, tmp_name
+from .files import (
+    CrashCounter,
+    atomic_write,
+    fsync_dir,
+    keep_mode,
+    remove,
+    remove_bytecode,
+    stale_bytecode,
+    tmp_name,
+    write_synced,
+)
 from .journal import Entry, locate, read_backup
 from .journal import clear as clear_journal
 from .journal import parse as parse_journal
@@ -217,10 +227,7 @@ def _stage(writes: list[Write], made: list[Path], staged: list[Path], counter: C
         _make_parents(w.path.parent, made)
         tmp = tmp_name(w.path)
         staged.append(tmp)
-        with open(tmp, "wb") as fh:
-            fh.write(w.content)
-            fh.flush()
-            os.fsync(fh.fileno())
+        write_synced(tmp, w.content)
         keep_mode(tmp, w.path)
         counter.wrote()
     return {p for p, in_place in linked.items() if in_place}
