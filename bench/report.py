@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .engine import PROFILE
-from .goals import Goal
+from .goals import COLD, Goal
 from .measure import Series
 from .scale import SCALE_SIZES, ScaleRow
 from .workloads import IMPORT_PROCESSES
@@ -78,6 +78,30 @@ def _scale_rows(scale: list[ScaleRow]) -> list[str]:
     return [*rows, ""]
 
 
+def cold_headroom(s: dict[str, Series], ratio_goal: float) -> dict[str, float] | None:
+    """What the cold-apply goal leaves once the interpreter has read and compiled the targets (the
+    compile floor): the time left for everything else an apply does, against what fixpack spends there."""
+    if not (s["cold"].runs and s["cold_floor"].runs and s["cold_compile_floor"].runs):
+        return None
+    floor, compile_floor, cold = s["cold_floor"].median, s["cold_compile_floor"].median, s["cold"].median
+    return {
+        "compile_floor_ratio": compile_floor / floor,
+        "left_s": floor * ratio_goal - compile_floor,
+        "spent_s": cold - compile_floor,
+    }
+
+
+def _headroom_line(h: dict[str, float] | None, ratio_goal: float) -> list[str]:
+    if h is None:
+        return []
+    return [
+        f"  (cold apply: the compile floor alone is {h['compile_floor_ratio']:.1f}x the floor, "
+        f"so {ratio_goal:g}x leaves {ms(max(h['left_s'], 0.0))} for the engine's imports, the catalog, "
+        "patching and the synced commit; "
+        f"fixpack spends {ms(h['spent_s'])} there)"
+    ]
+
+
 def _goal_line(g: Goal) -> str:
     mark = {True: "MET   ", False: "MISSED", None: "NOT RUN"}[g.met]
     against = f"floor {figure(g.floor, g.unit)} x {g.limit_ratio:g}" if g.limit_ratio != 1 else "budget"
@@ -106,7 +130,7 @@ def table(ctx: dict[str, Any], s: dict[str, Series], scale: list[ScaleRow], impo
         loaded = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in imports[kind]["loaded"].items())
         what = "cold apply" if kind == "cold" else "warm re-run"
         lines.append(f"imports, {what}: {imports[kind]['modules']} modules, {ms(imports[kind]['import_s'])}; {loaded}")
-    lines += ["", "goals", *map(_goal_line, goals)]
+    lines += ["", "goals", *map(_goal_line, goals), *_headroom_line(cold_headroom(s, COLD), COLD)]
     return "\n".join(lines)
 
 
@@ -131,4 +155,5 @@ def as_json(
         ],
         "imports": imports,
         "goals": [g.json() for g in goals],
+        "cold_headroom": cold_headroom(s, COLD),
     }
