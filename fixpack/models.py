@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import enum
-
-from .structs import field, struct
+from dataclasses import dataclass, field
 
 __all__ = [
     "PROOF_LEVELS",
@@ -89,7 +88,7 @@ class ProofState(Word):
     NOT_RUN = "not-run"
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Fingerprint:
     """sha256 of one file: in the release (``pristine``), before and after this change in pack order."""
 
@@ -98,7 +97,7 @@ class Fingerprint:
     after: str
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Change:
     """One file edit of a fix on one release."""
 
@@ -111,14 +110,14 @@ class Change:
     deletes: bool = False
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Upstream:
     status: str
     ref: str = ""
     note: str = ""
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Proof:
     level: str  # one of PROOF_LEVELS, as the fix claims it
     reason: str = ""
@@ -126,7 +125,7 @@ class Proof:
     harmless: tuple[tuple[str, str], ...] = ()  # (mutant id, why): survivors of verify --mutants explained
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Fix:
     id: str
     title: str
@@ -146,7 +145,7 @@ class Fix:
         return tuple(self.changes)
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pin:
     """A distribution a release pins: name, import package, version and accepted commits."""
 
@@ -156,7 +155,7 @@ class Pin:
     commits: tuple[str, ...]
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Profile:
     name: str
     release: str
@@ -174,7 +173,7 @@ class Profile:
         return next((p for p in self.pins if p.package == top), None)
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileRecord:
     """What the manifest records of one patched file."""
 
@@ -185,13 +184,13 @@ class FileRecord:
     patches: tuple[str, ...] = ()  # sha256 of each of those changes' patch text: a new cookbook shows
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PlannedChange:
     change: Change
     dist: str
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Plan:
     """A profile and opt-ins resolved to fixes in pack order, and their changes in that order."""
 

@@ -24,16 +24,15 @@ import os
 import sys
 import textwrap
 import types
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from .structs import struct
-
 PASSED, BUG_PRESENT, ERROR = 0, 1, 2
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Trees:
     vllm_gaudi: Path | None = None
     vllm: Path | None = None

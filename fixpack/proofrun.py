@@ -20,16 +20,16 @@ import tempfile
 import threading
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .proofkit import BUG_PRESENT, ERROR, PASSED, Trees, run_request
-from .structs import struct
 
 __all__ = ["ProofRun", "run_proof", "start_server", "threads_per_proof", "ProofServer", "shared"]
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProofRun:
     code: int  # PASSED, BUG_PRESENT or ERROR
     output: str

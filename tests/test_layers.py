@@ -11,23 +11,20 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "fixpack"
 
-# module prefix -> the fixpack modules it may import (besides itself and its own sub-modules);
-# fixpack.structs (how records are declared) is a leaf anything below the CLI may use
+# module prefix -> the fixpack modules it may import (besides itself and its own sub-modules)
 ALLOWED = {
-    "fixpack.core": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.structs"},
-    "fixpack.models": {"fixpack.structs"},
+    "fixpack.core": {"fixpack.core", "fixpack.models", "fixpack.errors"},
+    "fixpack.models": set(),
     "fixpack.errors": set(),
-    "fixpack.structs": set(),
-    "fixpack.transforms": {"fixpack.core", "fixpack.structs"},
+    "fixpack.transforms": {"fixpack.core"},
     "fixpack.applicators": {"fixpack.transforms"},
-    "fixpack.cookbook": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.structs"},
-    "fixpack.site": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.structs"},
+    "fixpack.cookbook": {"fixpack.core", "fixpack.models", "fixpack.errors"},
+    "fixpack.site": {"fixpack.core", "fixpack.models", "fixpack.errors"},
     "fixpack.commands": {
         "fixpack",
         "fixpack.core",
         "fixpack.models",
         "fixpack.errors",
-        "fixpack.structs",
         "fixpack.cookbook",
         "fixpack.site",
         "fixpack.transforms",
@@ -35,8 +32,8 @@ ALLOWED = {
         "fixpack.proofrun",
     },
     "fixpack.cli": {"fixpack", "fixpack.commands", "fixpack.cookbook", "fixpack.errors", "fixpack.models"},
-    "fixpack.proofkit": {"fixpack.structs"},
-    "fixpack.proofrun": {"fixpack.proofkit", "fixpack.structs"},
+    "fixpack.proofkit": set(),
+    "fixpack.proofrun": {"fixpack.proofkit"},
     "fixpack.runtime": set(),  # runs inside vLLM processes, copied out of fixpack: the standard library only
     "fixpack.__main__": {"fixpack.cli"},
     "fixpack": set(),

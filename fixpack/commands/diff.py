@@ -8,6 +8,7 @@ the pinned commit as ``base-commit``, so that ``git am`` takes the series in a c
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import format_datetime
 
@@ -16,7 +17,6 @@ from ..cookbook.catalog import Catalog
 from ..core.plan import resolve, restrict
 from ..errors import UsageError
 from ..models import Fix, Plan, Profile
-from ..structs import struct
 
 __all__ = ["Message", "messages", "unified", "mbox", "upstream_status", "export"]
 
@@ -29,7 +29,7 @@ _STATUS = {
 }
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Message:
     fix: Fix
     dist: str

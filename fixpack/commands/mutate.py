@@ -14,6 +14,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
@@ -24,7 +25,6 @@ from ..core.plan import chains
 from ..models import Change, Fix, Profile
 from ..proofkit import PASSED
 from ..proofrun import run_proof, threads_per_proof
-from ..structs import field, struct
 from .trees import link_trees, proof_trees, put
 
 __all__ = ["MutantRun", "FixMutants", "mutate"]
@@ -33,7 +33,7 @@ __all__ = ["MutantRun", "FixMutants", "mutate"]
 MUTANT_TIMEOUT = 120.0
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MutantRun:
     id: str
     description: str
@@ -41,7 +41,7 @@ class MutantRun:
     diff: str  # the mutated file against the patched one (the whole pack applied)
 
 
-@struct
+@dataclass
 class FixMutants:
     fix: str
     runs: list[MutantRun] = field(default_factory=list)
@@ -82,7 +82,7 @@ class FixMutants:
         return out
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Job:
     fix: Fix
     mutant: Mutant

@@ -28,6 +28,7 @@ from __future__ import annotations
 import subprocess
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,7 +44,6 @@ from ..models import Change, Fingerprint, Fix, PortOutcome, Profile, ProofState
 from ..proofkit import BUG_PRESENT, PASSED
 from ..proofrun import ProofRun, run_proof, start_server, threads_per_proof
 from ..site.commits import from_version_py
-from ..structs import field, struct
 from . import lock
 from .trees import copy_trees, link_trees, proof_trees, put, tail
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # libcst loads only when a transform runs
 __all__ = ["ChangeReport", "FixProof", "PortReport", "port"]
 
 
-@struct
+@dataclass
 class ChangeReport:
     fix: str
     path: str
@@ -75,7 +75,7 @@ class ChangeReport:
         }
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FixProof:
     """A fix's proof on the new tree as it is (``pristine``) and with the ported pack (``ported``)."""
 
@@ -87,7 +87,7 @@ class FixProof:
         return {"pristine": self.pristine, "ported": self.ported, "detail": self.detail}
 
 
-@struct
+@dataclass
 class PortReport:
     from_release: str
     to_release: str | None

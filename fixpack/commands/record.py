@@ -15,6 +15,7 @@ new fix holds only the edits on top, and its fingerprints are taken at the end o
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cookbook.catalog import Catalog
@@ -30,12 +31,11 @@ from ..site.distributions import Distribution, Environment
 from ..site.manifest import Manifest
 from ..site.record import read_record
 from ..site.state import pristine_copy
-from ..structs import field, struct
 from . import lock
 from .steps import open_state
 
 
-@struct
+@dataclass
 class Recorded:
     fix_dir: Path
     files: list[tuple[str, int, int]]  # path, lines added, removed
@@ -43,7 +43,7 @@ class Recorded:
     notes: list[str] = field(default_factory=list)
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Edit:
     path: str
     pristine: bytes | None

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from ..errors import FixpackError
 from ..models import Action, FileState
 from ..site.distributions import Distribution
 from ..site.manifest import Manifest
-from ..structs import field, struct
 
 __all__ = ["FixResult", "Result", "StatusResult"]
 
 
-@struct
+@dataclass
 class FixResult:
     id: str
     action: Action
@@ -20,7 +21,7 @@ class FixResult:
     pulled_in_by: str | None = None
 
 
-@struct
+@dataclass
 class Result:
     """An apply or revert: one line per fix, notes worth a line (commits, recovery), and the error."""
 
@@ -40,7 +41,7 @@ class Result:
         return 0 if self.error is None else self.error.exit_code
 
 
-@struct
+@dataclass
 class StatusResult:
     profile: str | None
     distributions: list[Distribution]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..cookbook.catalog import Catalog
@@ -23,7 +24,6 @@ from ..site.layout import MANIFEST
 from ..site.manifest import Manifest
 from ..site.record import rewrite_record
 from ..site.state import pristine_copy, read_file, read_manifest
-from ..structs import field, replace, struct
 from .results import FixResult
 
 __all__ = [
@@ -44,7 +44,7 @@ __all__ = [
 Counts = dict[str, list[tuple[str, int, int]]]  # fix id -> (path, lines added, removed) per file
 
 
-@struct
+@dataclass
 class InstalledFile:
     """One file the plan touches, as it is installed, and what it was recognised as."""
 
@@ -157,7 +157,7 @@ def refuse_drift(files: dict[str, InstalledFile], plan: Plan, recorded: dict[str
         raise first
 
 
-@struct
+@dataclass
 class Rebuilt:
     """What a plan makes of the files it touches."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cookbook.catalog import Catalog
@@ -21,7 +22,6 @@ from ..errors import FixpackError, Refused
 from ..models import Fix, Profile, ProofVerdict
 from ..proofkit import BUG_PRESENT, PASSED
 from ..proofrun import run_proof, start_server, threads_per_proof
-from ..structs import field, struct
 from . import lock
 from .mutate import FixMutants, mutate
 from .trees import copy_trees, link_trees, proof_trees, put, tail
@@ -29,7 +29,7 @@ from .trees import copy_trees, link_trees, proof_trees, put, tail
 __all__ = ["FixVerdict", "verify_profile", "junit"]
 
 
-@struct
+@dataclass
 class FixVerdict:
     fix: str
     release: str

@@ -4,12 +4,12 @@ other."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.names import suggest
 from ..errors import UsageError
 from ..models import Fix, Profile
-from ..structs import struct
 from . import default_root
 from .fix_module import load_fix
 from .profiles import load_profile
@@ -18,7 +18,7 @@ from .tomlfile import invalid
 __all__ = ["Catalog"]
 
 
-@struct
+@dataclass
 class Catalog:
     """Every fix and profile of one cookbook checkout, validated against each other."""
 

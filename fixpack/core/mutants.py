@@ -23,9 +23,9 @@ import io
 import keyword
 import tokenize
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from itertools import zip_longest
 
-from ..structs import replace, struct
 from . import patch
 from .fingerprint import of
 from .patch import FileDiff, Hunk
@@ -40,7 +40,7 @@ _KINDS = ("cmp", "index", "const", "arg")
 _GENERIC = {"list", "dict", "tuple", "set", "frozenset", "type", "Optional", "Union", "Callable"}
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Target:
     """One file diff of a fix and the bytes it applies to (in pack order: after the fixes before it)."""
 
@@ -48,7 +48,7 @@ class Target:
     before: bytes | None
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Mutant:
     id: str  # stable, from the patch's content: "h2:revert", "h1:+3:cmp:<="
     description: str
@@ -57,7 +57,7 @@ class Mutant:
     after: bytes | None  # ``diff`` applied to the target's ``before``
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Slip:
     """One token change in one line: the id's detail, and the line as it becomes."""
 

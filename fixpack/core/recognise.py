@@ -8,8 +8,9 @@ the pack's chain. The applied changes are then reversed to recover the pristine 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..models import Change, FileRecord, FileState
-from ..structs import struct
 from . import patch
 from .fingerprint import sha256
 from .rebuild import parsed, reverse
@@ -17,7 +18,7 @@ from .rebuild import parsed, reverse
 __all__ = ["Base", "base_of", "pristine_hash", "explain_drift", "explain_edit"]
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Base:
     """What an installed file is: its pristine bytes and the fixes applied on top, or a problem."""
 

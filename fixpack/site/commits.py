@@ -10,14 +10,13 @@ from __future__ import annotations
 import ast
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
-
-from ..structs import struct
 
 _LOCAL_SHA = re.compile(r"(?:^|[.+])g([0-9a-f]{7,40})(?:\.|$)")
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Commit:
     id: str | None  # lower-case hex, possibly abbreviated; None when it could not be read
     source: str  # where it came from, for messages: "_version.py", "local version label", ...

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from ..core.names import canonical
 from ..errors import EnvironmentProblem
-from ..structs import field, struct
 from . import commits, confine, finder
 from .commits import Commit
 from .layout import STATE_DIR_NAME
@@ -24,7 +24,7 @@ from .record import read_record
 
 __all__ = ["Distribution", "Environment"]
 
-@struct
+@dataclass
 class Distribution:
     name: str  # canonical: "vllm-gaudi"
     package: str  # the import package fixes edit: "vllm_gaudi"
@@ -33,7 +33,7 @@ class Distribution:
     files_root: Path  # where ``<package>/...`` lives: site-packages, or the editable checkout
     editable: bool
     commit: Commit
-    _record: dict[str, str] | None = field(default=None, repr=False)
+    _record: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     def file(self, path: str) -> Path:
         return confine.inside(self.files_root, path)
@@ -114,7 +114,7 @@ def _commit(dist_info: Path, version_py: Path, version: str, editable_root: Path
     return Commit(None, "not recorded in the install" + unreadable)
 
 
-@struct
+@dataclass
 class Environment:
     """The distributions found, by canonical name, and where fixpack keeps its state for them."""
 

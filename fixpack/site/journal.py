@@ -12,11 +12,11 @@ import json
 import os
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.fingerprint import sha256
 from ..errors import EnvironmentProblem
-from ..structs import struct
 from .files import atomic_write, fsync_dir, remove
 from .layout import JOURNAL_INDEX
 
@@ -27,7 +27,7 @@ _HASH = re.compile(r"^[0-9a-f]{64}$")
 _BACKUP = re.compile(r"^[0-9]+\.bak$")
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One file of a transaction, as the journal names it."""
 

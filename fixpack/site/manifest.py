@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 
 from ..models import FileRecord
-from ..structs import field, struct
 
 __all__ = ["FORMAT", "Manifest"]
 
 FORMAT = 1
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Manifest:
     profile: str | None = None
     release: str | None = None

@@ -7,14 +7,13 @@ import base64
 import csv
 import hashlib
 import io
+from dataclasses import dataclass
 from pathlib import Path
-
-from ..structs import struct
 
 __all__ = ["Row", "parse_record", "read_record", "render_record", "row_for", "rewrite_record"]
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Row:
     path: str  # relative to the folder that holds the dist-info, '/'-separated
     sha256: str | None  # hex, None when RECORD gives no hash (the RECORD file itself, .pyc files)

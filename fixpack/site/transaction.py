@@ -28,11 +28,11 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.fingerprint import sha256
 from ..errors import EnvironmentProblem
-from ..structs import struct
 from . import confine, files
 from .files import (
     CrashCounter,
@@ -69,14 +69,14 @@ __all__ = [
 STATE, SITE = "state", "site"  # the journal's names of the state directory and of the folder holding it
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Write:
     path: Path
     content: bytes | None  # None: remove the file
     same_as: Path | None = None  # a file that may hold exactly ``content`` now: then it is linked, not copied
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Later:
     """Writes whose bytes are not known yet when the commit starts, to the ``paths`` named now
     (checked with the rest before the first write). ``make`` is called once everything else is

@@ -40,10 +40,10 @@ from __future__ import annotations
 
 import runpy
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import patch
-from ..structs import struct
 from .edits import (
     CstFailed,
     Edit,
@@ -73,7 +73,7 @@ __all__ = [
 ]
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Transform:
     """The edits of one file (a path as in the upstream repository), made in order."""
 

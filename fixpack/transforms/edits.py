@@ -6,9 +6,8 @@ import ast
 import difflib
 import textwrap
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from ..structs import struct
 
 if TYPE_CHECKING:  # pragma: no cover - for the type checker only
     import libcst as cst
@@ -134,7 +133,7 @@ def _replace(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Modu
     return new if old is module else module.deep_replace(old, new)  # type: ignore[return-value]
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Edit:
     """One edit of a file; made by the functions below, which are the authors' API."""
 

@@ -7,7 +7,7 @@ A line is what git calls a line: everything up to and including ``\\n``; every o
 
 from __future__ import annotations
 
-from ...structs import struct
+from dataclasses import dataclass
 
 ENC, ERRORS = "utf-8", "surrogateescape"
 
@@ -50,7 +50,7 @@ def body(line: str) -> str:
     return line[:-1] if line.endswith("\n") else line
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Hunk:
     old_start: int  # 1-based, as in the @@ header (the line before, when old_count is 0)
     old_count: int
@@ -91,7 +91,7 @@ class Hunk:
         return Hunk(self.new_start, self.new_count, self.old_start, self.old_count, swapped)
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileDiff:
     path: str  # repository path, without the a/ b/ prefix
     text: str  # this file's part of the patch, as stored
@@ -114,7 +114,7 @@ class FileDiff:
         )
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileEntry:
     """One file's part of a patch, found from its headers without parsing its hunks."""
 

@@ -10,8 +10,8 @@ Binary patches, renames, copies, mode changes, symlinks and submodules are refus
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from ...structs import struct
 from .model import ENC, ERRORS, FileDiff, FileEntry, Hunk, PatchError, UnsupportedPatch, split_lines
 
 _HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -40,7 +40,7 @@ _REGULAR = "100644"
 _EXECUTABLE = "100755"
 
 
-@struct(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Header:
     path: str
     old_path: str | None
