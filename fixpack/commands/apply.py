@@ -1,10 +1,11 @@
 """``fixpack apply``: a profile's fixes and the opt-ins asked for, applied all or nothing.
 
-The recipe: recover -> plan -> recognise -> rebuild -> write set -> destination.commit. Every new
-file content is computed and compiled in memory before the first target changes: the largest
-module's compile check goes on (in a child) while the commit stages everything else. In place, the runtime
-check (``fixpack.site.plugin``) is installed in the same transaction; ``overlay``: the same plan
-goes to a folder instead (``fixpack.commands.overlay``).
+The recipe: recover -> plan -> recognise -> rebuild (build + compile) -> write set ->
+destination.commit. Every new file content is built and compiled in memory before the first write:
+a module that does not compile refuses the plan, and the bytecode of each patched module is written
+in the same transaction as its source. In place, the runtime check (``fixpack.site.plugin``) is
+installed in that transaction too; ``overlay``: the same plan goes to a folder instead
+(``fixpack.commands.overlay``).
 """
 
 from __future__ import annotations
@@ -83,12 +84,9 @@ def apply(
             return result
         paths = list(dict.fromkeys([*plan.paths(), *manifest.files]))
         files = recognise_files(catalog.fixes, profile, dists, manifest, paths, destination.state_dir)
-        rebuilt = None
         try:
             refuse_drift(files, plan, manifest.files)
-            # The compile check goes on (in a child, for a large module) while the writes are worked
-            # out and staged below; the commit waits for it before the first target changes.
-            rebuilt = rebuild_files(plan, files, plan.fix_ids, wait=False)
+            rebuilt = rebuild_files(plan, files, plan.fix_ids)
             for fix in plan.fixes:
                 done = all(_still_applied(c, files[c.path], manifest) for c in fix.changes[profile.release])
                 action = Action.ALREADY_APPLIED if done else (Action.WOULD_APPLY if dry_run else Action.APPLIED)
@@ -105,21 +103,17 @@ def apply(
                 return warm.make_stamp(key, list(dists.values()), destination.state_dir, targets, render(done))
 
             state_dir, installed_dists = destination.state_dir, list(dists.values())
-            writes, later = write_set(
+            writes = write_set(
                 files, rebuilt, new_manifest, manifest, state_dir, installed_dists, stamp if render else None, runtime
             )
             if dry_run:
-                later.make()
-                destination.check(writes, later)
+                destination.check(writes)
                 return result
-            destination.commit(writes, later)
+            destination.commit(writes)
         except Refused as refused:
             result.error = nothing_changed(refused)
             result.fixes = refused_results(plan, refused)
             return result
-        finally:  # refused, or anything else on the way: the compile check's child is not left behind
-            if rebuilt is not None:
-                rebuilt.discard()
     return result
 
 

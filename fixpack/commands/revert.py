@@ -64,9 +64,9 @@ def revert(
         runtime = plugin.in_place(destination.state_dir.parent, new_manifest, list(dists.values()))
         state_dir = destination.state_dir
         dist_list = list(dists.values())
-        writes, later = write_set(files, rebuilt, new_manifest, manifest, state_dir, dist_list, None, runtime)
+        writes = write_set(files, rebuilt, new_manifest, manifest, state_dir, dist_list, None, runtime)
         if dry_run:
-            destination.check(writes, later)
+            destination.check(writes)
         else:
-            destination.commit(writes, later)
+            destination.commit(writes)
     return result

@@ -1,24 +1,25 @@
 """The steps the site commands (apply, status, revert) are recipes of: find what is installed,
-check its commits, recognise each file, rebuild the new contents, and turn them into a write set."""
+check its commits, recognise each file, rebuild the new contents (each patched module built and
+compiled here, in memory), and turn them into a write set: targets, their bytecode, the state."""
 
 from __future__ import annotations
 
 import importlib.util
+import marshal
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..cookbook.catalog import Catalog
 from ..core import rebuild, recognise
 from ..core.bytecode import hash_based_pyc
-from ..core.compiling import WORTH_A_CHILD, Compiled, Compiler
 from ..core.fingerprint import patch_digest, sha256
 from ..core.plan import pack_chain
 from ..errors import FixpackError, Refused
 from ..models import Action, Change, FileRecord, FileState, Fix, Plan, Profile
 from ..site import commits
-from ..site.destination import Destination, Later, Write
+from ..site.destination import Destination, Write
 from ..site.distributions import Distribution, Environment
 from ..site.layout import MANIFEST
 from ..site.manifest import Manifest
@@ -164,85 +165,25 @@ class Rebuilt:
     new: dict[str, bytes | None]  # path -> new content (None: removed)
     records: dict[str, FileRecord]  # the manifest's record of each file a fix changes
     counts: Counts
-    code: dict[str, bytes]  # the compile check's marshalled code object of each patched module
-    compiling: Compiler | None = None  # the compile check, until ``checked``
-    last: dict[str, Change] = field(default_factory=dict)  # the last change to each patched file
-
-    def checked(self) -> Rebuilt:
-        """Wait for the compile check; Refused, naming the last change, for a file that does not compile."""
-        if self.compiling is not None:
-            results, self.compiling = self.compiling.results(), None
-            self._take(results)
-        return self
-
-    def checked_here(self) -> Rebuilt:
-        """The compile check of every module but the one a child is still compiling (``pending``)."""
-        if self.compiling is not None:
-            self._take(self.compiling.own())
-        return self
-
-    @property
-    def pending(self) -> str | None:
-        """The module whose compile check is still running in a child."""
-        return self.compiling.pending if self.compiling is not None else None
-
-    def _take(self, results: dict[str, Compiled]) -> None:
-        for path, (code, problem) in results.items():
-            if problem:
-                raise rebuild.failed(self.last[path], f"the result does not compile: {problem}")
-            if code is not None:
-                self.code[path] = code
-
-    def discard(self) -> None:
-        """The compile check's result is not wanted (the apply was refused): its child is reaped."""
-        if self.compiling is not None:
-            self.compiling.close()
-            self.compiling = None
+    code: dict[str, bytes]  # each patched module's marshalled code object, when bytecode is written
 
 
-def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...], wait: bool = True) -> Rebuilt:
-    """New content and manifest record of every file, for the fixes ``fix_ids`` of the plan.
-    Raises Refused for a change that does not apply or (``wait``; else at ``checked``) a result
-    that does not compile. The largest module's compile check starts (in a child) before any file is built."""
-    out = Rebuilt({}, {}, {}, {}, Compiler(keep=_writes_bytecode()))  # else check only
-    try:
-        _build_into(out, plan, files, fix_ids)
-    except BaseException:
-        out.discard()
-        raise
-    return out.checked() if wait else out
-
-
-def _build_into(out: Rebuilt, plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...]) -> None:
+def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...]) -> Rebuilt:
+    """New content and manifest record of every file, for the fixes ``fix_ids`` of the plan, and
+    the code of each patched module. Raises Refused for a change that does not apply or, once
+    every file is built, for a result that does not compile (naming the last change to it)."""
     chains = {path: [pc.change for pc in plan.changes_for(path) if pc.change.fix_id in fix_ids] for path in files}
-    compiler = out.compiling
-    assert compiler is not None
-    # The largest module's compile check, the longest, starts first: a child builds it, and its
-    # content is taken from the child once every other file is built and compiled here.
-    sizes = {path: len(files[path].base.pristine or b"") for path in files if chains[path]}
-    largest = max(sizes, key=sizes.__getitem__, default=None)
-
-    def build(path: str) -> bytes | None:
-        return rebuild.build(files[path].base.pristine, chains[path])
-
-    if largest is not None and sizes[largest] >= WORTH_A_CHILD:
-        compiler.ahead(largest, lambda: build(largest))
-    built = {}
-    for path in files:
-        if path != largest:
-            built[path] = build(path)
-            if chains[path]:
-                compiler.add(path, built[path])
-    compiler.own()  # while the child builds and compiles the largest: its content is ready after
-    if largest is not None:
-        built[largest] = compiler.built(largest, lambda: build(largest))
-        compiler.add(largest, built[largest])
+    out = Rebuilt({path: rebuild.build(f.base.pristine, chains[path]) for path, f in files.items()}, {}, {}, {})
+    keep = _writes_bytecode()
     for path, f in files.items():
-        changes = chains[path]
-        content = out.new[path] = built[path]
+        changes, content = chains[path], out.new[path]
         if not changes:  # the file goes back to the release's bytes, recognised by their hash
             continue
-        out.last[path] = changes[-1]
+        code, problem = rebuild.compiled(path, content)
+        if problem:
+            raise rebuild.failed(changes[-1], f"the result does not compile: {problem}")
+        if code is not None and keep:
+            out.code[path] = marshal.dumps(code)
         out.records[path] = FileRecord(
             f.dist.name,
             sha256(f.base.pristine),
@@ -252,6 +193,7 @@ def _build_into(out: Rebuilt, plan: Plan, files: dict[str, InstalledFile], fix_i
         )
         for c in changes:
             out.counts.setdefault(c.fix_id, []).append((path, *rebuild.line_counts(c)))
+    return out
 
 
 def write_set(
@@ -263,13 +205,11 @@ def write_set(
     dists: list[Distribution],
     stamp: Callable[[], dict] | None = None,
     runtime: dict[Path, bytes | None] | None = None,
-) -> tuple[list[Write], Later]:
+) -> list[Write]:
     """The writes that take the site from what it is to the rebuilt files: targets and their
     bytecode, pristine copies, the runtime check's files (``runtime``: path -> bytes, None to
     remove), each distribution's RECORD kept true to what is installed, and the manifest (with
-    the warm path's ``stamp`` when anything is written). Later: the bytecode of the module still
-    being compiled in a child; its ``make`` waits for the compile check and raises Refused for a
-    module that does not compile. Every other module is compiled (and checked) here, now."""
+    the warm path's ``stamp`` when anything is written)."""
     new = rebuilt.new
     patched = {f.dist.file(path): path for path, f in files.items() if new[path] != f.current}  # target -> path
     targets = [Write(target, new[path]) for target, path in patched.items()]
@@ -292,14 +232,7 @@ def write_set(
         content = None if new_manifest.empty else new_manifest.to_bytes()
         if content is not None or (state_dir / MANIFEST).exists():
             writes.append(Write(state_dir / MANIFEST, content))
-    pending = rebuilt.checked_here().pending
-    later = tuple(_pyc(t) for t, path in patched.items() if path == pending and _writes_bytecode())
-
-    def make() -> list[Write]:  # waits for the child
-        rebuilt.checked()
-        return _bytecode(patched, rebuilt, lambda path: path == pending)
-
-    return [*targets, *_bytecode(patched, rebuilt, lambda path: path != pending), *writes], Later(later, make)
+    return [*targets, *_bytecode(patched, rebuilt), *writes]
 
 
 def _writes_bytecode() -> bool:
@@ -310,16 +243,13 @@ def _pyc(source: Path) -> Path:
     return Path(importlib.util.cache_from_source(str(source)))
 
 
-def _bytecode(patched: dict[Path, str], rebuilt: Rebuilt, which: Callable[[str], bool]) -> list[Write]:
-    """The hash-based .pyc of each patched module written now that ``which`` selects, from the
-    code object the compile check made (none when this Python writes no bytecode, or writes it
-    outside the site)."""
-    if not _writes_bytecode():
-        return []
+def _bytecode(patched: dict[Path, str], rebuilt: Rebuilt) -> list[Write]:
+    """The hash-based .pyc of each patched module, from the code object the rebuild compiled (none
+    when this Python writes no bytecode, or writes it outside the site)."""
     out = []
     for target, path in patched.items():
         code, content = rebuilt.code.get(path), rebuilt.new[path]
-        if which(path) and code is not None and content is not None:
+        if code is not None and content is not None:
             out.append(Write(_pyc(target), hash_based_pyc(code, content)))
     return out
 

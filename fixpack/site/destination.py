@@ -14,9 +14,9 @@ from typing import Protocol
 from . import lock, plugin, transaction
 from .distributions import Environment
 from .layout import JOURNAL
-from .transaction import NOTHING_LATER, Later, Write
+from .transaction import Write
 
-__all__ = ["Destination", "InPlace", "Later", "Write"]
+__all__ = ["Destination", "InPlace", "Write"]
 
 
 class Destination(Protocol):
@@ -26,9 +26,9 @@ class Destination(Protocol):
 
     def recover(self) -> str | None: ...
 
-    def check(self, writes: list[Write], later: Later = NOTHING_LATER) -> None: ...
+    def check(self, writes: list[Write]) -> None: ...
 
-    def commit(self, writes: list[Write], later: Later = NOTHING_LATER) -> None: ...
+    def commit(self, writes: list[Write]) -> None: ...
 
 
 class InPlace:
@@ -62,17 +62,16 @@ class InPlace:
         """Set an interrupted transaction's journal aside, files as they are; where it went."""
         return transaction.discard(self.state_dir)
 
-    def check(self, writes: list[Write], later: Later = NOTHING_LATER) -> None:
+    def check(self, writes: list[Write]) -> None:
         """Refuse, before any write, what the commit could not do."""
-        transaction.check(self.state_dir, writes, self.roots, later)
+        transaction.check(self.state_dir, writes, self.roots)
 
-    def commit(self, writes: list[Write], later: Later = NOTHING_LATER) -> None:
-        """``writes``, then ``later``'s, all or nothing (what ``later`` raises leaves nothing changed)."""
-        if not writes and not later.paths:
-            later.make()  # its checks still run
+    def commit(self, writes: list[Write]) -> None:
+        """``writes``, all or nothing."""
+        if not writes:
             return
-        self.check(writes, later)
+        self.check(writes)
         try:
-            transaction.commit(self.state_dir, writes, self.roots, later)
+            transaction.commit(self.state_dir, writes, self.roots)
         finally:
             plugin.prune(self.state_dir.parent)

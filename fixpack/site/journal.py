@@ -2,9 +2,8 @@
 
 ``journal/journal.json`` lists every file the transaction writes, by a root ("state", "site",
 "dist:NAME") and a path relative to it, with its sha256 before and after and the name of its
-backup in the journal folder. It is written whole (atomically) before anything it names changes,
-and again when later writes join; reading it trusts nothing: its shape, each name and each
-backup's bytes are checked."""
+backup in the journal folder. It is written whole (atomically) before anything it names changes;
+reading it trusts nothing: its shape, each name and each backup's bytes are checked."""
 
 from __future__ import annotations
 

@@ -2,12 +2,10 @@
 
 The recipe: take the environment's lock; check, before the first write, every folder the commit
 will write or remove in; write the journal (which files, their hashes before and after); back up
-every file about to change; stage each new content in a temporary file beside its target; then
-``later``'s writes (bytes still being worked out when the commit began: the bytecode of a module
-still being compiled), added to the journal and staged the same way, or, if ``later`` refuses,
-every staged file removed and nothing changed; replace each target by renaming its staged file
-over it (keeping its mode); remove the stale bytecode of each changed module; remove the journal.
-A write that fails rolls back at once. A journal found later means a run died part way:
+every file about to change; stage each new content in a temporary file beside its target (a
+failure until then removes what was staged: nothing changed); replace each target by renaming its
+staged file over it (keeping its mode); remove the stale bytecode of each changed module; remove
+the journal. A write that fails rolls back at once. A journal found later means a run died part way:
 ``recover`` puts every listed file back from its backup (or removes it if it did not exist) and
 removes what was staged, so the environment is wholly as before.
 
@@ -27,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,8 +51,6 @@ from .lock import locked
 
 __all__ = [
     "Write",
-    "Later",
-    "NOTHING_LATER",
     "STATE",
     "SITE",
     "check",
@@ -74,20 +69,6 @@ class Write:
     path: Path
     content: bytes | None  # None: remove the file
     same_as: Path | None = None  # a file that may hold exactly ``content`` now: then it is linked, not copied
-
-
-@dataclass(frozen=True, slots=True)
-class Later:
-    """Writes whose bytes are not known yet when the commit starts, to the ``paths`` named now
-    (checked with the rest before the first write). ``make`` is called once everything else is
-    staged; it may take its time (the commit's own writes go on meanwhile) and may raise, a
-    FixpackError, which leaves everything as it was."""
-
-    paths: tuple[Path, ...]
-    make: Callable[[], list[Write]]
-
-
-NOTHING_LATER = Later((), list)
 
 
 def way_out(state_dir: Path) -> str:
@@ -110,19 +91,18 @@ def _existing(folder: Path) -> Path:
     return folder
 
 
-def check(state_dir: Path, writes: list[Write], roots: dict[str, Path], later: Later = NOTHING_LATER) -> None:
+def check(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None:
     """Refuse, before any write, what the commit could not do: a path outside its root or through
     a symlink, and any folder the commit writes or removes in that is not writable.
 
     Files are replaced by renaming, so it is the folders that must be writable: each target's,
     each ``__pycache__`` holding bytecode to remove, the state directory's (for the journal), and
     for a folder still to be made, the nearest one that exists."""
-    paths = [w.path for w in writes] + list(later.paths)
-    if not paths:
+    if not writes:
         return
     journal = _state_folders(state_dir)
     folders: dict[Path, None] = {_existing(journal): None}
-    for path in paths:
+    for path in (w.path for w in writes):
         name, rel = locate(path, roots)
         confine.inside(roots[name], rel)
         folders[_existing(path.parent)] = None
@@ -137,16 +117,15 @@ def check(state_dir: Path, writes: list[Write], roots: dict[str, Path], later: L
             )
 
 
-def commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], later: Later = NOTHING_LATER) -> None:
-    """Apply ``writes`` and then ``later``'s all or nothing. The caller holds the lock and has run
-    :func:`check` with the same arguments.
+def commit(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None:
+    """Apply ``writes`` all or nothing. The caller holds the lock and has run :func:`check` with
+    the same arguments.
 
     A write that fails (a full disk, a file that cannot be removed) rolls back what was done
-    before it, at once; a rollback that cannot finish keeps the journal for the next run. What
-    ``later.make`` raises is raised again once what was staged is gone."""
+    before it, at once; a rollback that cannot finish keeps the journal for the next run."""
     counter = CrashCounter()
     try:
-        _commit(state_dir, writes, roots, later, counter)
+        _commit(state_dir, writes, roots, counter)
     except OSError as exc:
         try:
             _recover(state_dir, roots, counter)
@@ -155,31 +134,22 @@ def commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], later: 
         raise EnvironmentProblem(f"writing failed, everything was put back: {exc}") from None
 
 
-def _commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], later: Later, counter: CrashCounter) -> None:
+def _commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], counter: CrashCounter) -> None:
     journal = state_dir / JOURNAL
     journal.mkdir(parents=True, exist_ok=True)
-    entries: list[Entry] = []
     made: list[Path] = []  # folders the staging made
     staged: list[Path] = []  # temporary files it wrote
-    try:  # until the first target changes, a failure (or ``later`` refusing) leaves no trace
-        _journal(journal, writes, roots, entries, counter)
+    try:  # until the first target changes, a failure leaves no trace
+        _journal(journal, writes, roots, counter)
         in_place = _stage(writes, made, staged, counter)
-        extra = later.make()
-        unnamed = [str(w.path) for w in extra if w.path not in later.paths]
-        if unnamed:
-            raise EnvironmentProblem(f"refusing to write {', '.join(unnamed)}: not among the paths checked")
-        if extra:
-            _journal(journal, extra, roots, entries, counter)
-            in_place |= _stage(extra, made, staged, counter)
     except BaseException:
         _unstage(staged, made)
         clear_journal(journal)
         _prune(state_dir)
         raise
     folders: dict[Path, None] = {}
-    everything = [*writes, *extra]
-    written = {w.path for w in everything}
-    for w in everything:
+    written = {w.path for w in writes}
+    for w in writes:
         if w.path in in_place:
             continue
         if w.content is None:
@@ -193,24 +163,22 @@ def _commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], later:
     for folder in folders:  # every rename is durable before the journal goes
         fsync_dir(folder)
     clear_journal(journal)
-    if any(w.content is None for w in everything):  # only a removal can leave a folder empty
+    if any(w.content is None for w in writes):  # only a removal can leave a folder empty
         _prune(state_dir)
 
 
-def _journal(
-    journal: Path, writes: list[Write], roots: dict[str, Path], entries: list[Entry], counter: CrashCounter
-) -> None:
-    """Add ``writes`` to the journal (written whole again, atomically) and back up each file they
-    change; all of it durable before anything of theirs is staged."""
-    start = len(entries)
-    for i, w in enumerate(writes, start):
+def _journal(journal: Path, writes: list[Write], roots: dict[str, Path], counter: CrashCounter) -> None:
+    """The journal of ``writes`` (written atomically) and a backup of each file they change; all of
+    it durable before anything is staged."""
+    entries: list[Entry] = []
+    for i, w in enumerate(writes):
         root, rel = locate(w.path, roots)
         old = w.path.read_bytes() if w.path.exists() else None
         backup = f"{i}.bak" if old is not None else None
         entries.append(Entry(root, rel, sha256(old), sha256(w.content), backup))
     write_journal(journal, entries)
     counter.wrote()
-    for w, entry in zip(writes, entries[start:]):
+    for w, entry in zip(writes, entries):
         if entry.backup is not None:
             files.backup(w.path, journal / entry.backup)
             counter.wrote()
