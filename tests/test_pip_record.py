@@ -3,7 +3,9 @@ fixpack's own state, and a reinstall starts clean."""
 
 from __future__ import annotations
 
+import base64
 import csv
+import importlib.metadata as md
 import io
 import json
 import shutil
@@ -16,7 +18,7 @@ from builders import BATCH, PRISTINE, RUNNER, SAMPLER, make_site, write_dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fixpack.site.record import read_record, render_record, rewrite_record, row_for
+from fixpack.site.record import render_record, rewrite_record, row_for
 
 EDITS = {
     "vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 3\n", "return 33\n")),
@@ -37,8 +39,12 @@ def records(site: Path) -> dict[str, bytes]:
 
 
 def rows(site: Path, dist_info_glob: str) -> dict[str, str | None]:
+    """path -> sha256 (hex) of RECORD's rows, as importlib.metadata (and so pip) reads them."""
     (dist_info,) = site.glob(dist_info_glob)
-    return {r.path: r.sha256 for r in read_record(dist_info)}
+    return {
+        f.as_posix(): base64.urlsafe_b64decode(f.hash.value + "=" * (-len(f.hash.value) % 4)).hex() if f.hash else None
+        for f in md.Distribution.at(dist_info).files or []
+    }
 
 
 def test_record_lists_what_apply_wrote_and_revert_restores_it_byte_for_byte(cli, cookbook, site):

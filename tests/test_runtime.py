@@ -5,6 +5,7 @@ run is not what fixpack applied, only warns with FIXPACK_RUNTIME_CHECK=warn, and
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 import re
 import sys
@@ -12,8 +13,6 @@ import sys
 from builders import RUNNER
 from test_overlay import apply, py
 from test_transaction import three_fixes
-
-from fixpack.site.record import read_record
 
 # As vllm.plugins.load_plugins_by_group: entry points of the group, each loaded, then each called;
 # vLLM's own logger ("vllm", INFO, a handler, no propagation) prints the line.
@@ -38,7 +37,7 @@ def test_in_place_the_check_is_its_own_distribution_and_logs_one_line(cookbook, 
     three_fixes(cookbook)
     assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
     (dist_info,) = site.path.glob("fixpack_runtime_check-*.dist-info")
-    listed = {r.path for r in read_record(dist_info)}
+    listed = {f.as_posix() for f in md.Distribution.at(dist_info).files or []}
     files = site.path.glob("fixpack_runtime_check*/**/*")
     on_disk = {p.relative_to(site.path).as_posix() for p in files if p.is_file()}
     assert on_disk == listed
@@ -72,7 +71,7 @@ def test_revert_removes_the_check_and_pip_would_too(cookbook, site, cli):
     three_fixes(cookbook)
     before = sorted(p.relative_to(site.path).as_posix() for p in site.path.rglob("*"))
     assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
-    owner = {r.path for r in read_record(next(site.path.glob("vllm-*.dist-info")))}
+    owner = {f.as_posix() for f in md.Distribution.at(next(site.path.glob("vllm-*.dist-info"))).files or []}
     assert "fixpack_runtime_check/__init__.py" in owner  # pip uninstall of the state's owner removes it too
     assert cli("revert", "one", "--site", str(site.path)).exit_code == 0
     index = json.loads((site.path / "fixpack_runtime_check" / "index.json").read_text())

@@ -29,7 +29,6 @@ from ..models import Change, FileRecord, FileState, Fingerprint, Profile
 from ..site.destination import InPlace
 from ..site.distributions import Distribution, Environment
 from ..site.manifest import Manifest
-from ..site.record import read_record
 from ..site.state import pristine_copy
 from . import lock
 from .steps import open_state
@@ -66,7 +65,7 @@ def _walk(root: Path, package: str) -> set[str]:
 
 
 def _record_paths(dist: Distribution) -> list[str]:
-    return [row.path for row in read_record(dist.dist_info) if row.path.startswith(f"{dist.package}/")]
+    return [path for path in dist.record() if path.startswith(f"{dist.package}/")]
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:

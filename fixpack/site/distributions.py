@@ -1,4 +1,5 @@
-"""The installed distributions fixes edit: found through their metadata, never imported.
+"""The installed distributions fixes edit: found through their metadata (``importlib.metadata``),
+never imported.
 
 ``--site DIR`` looks only in DIR (a site-packages-like folder with ``*.dist-info``); otherwise the
 running interpreter's path is searched. A non-editable install keeps its files beside its
@@ -8,6 +9,7 @@ checkout its URL names.
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 import os
 import sys
@@ -17,12 +19,47 @@ from urllib.parse import unquote, urlparse
 
 from ..core.names import canonical
 from ..errors import EnvironmentProblem
-from . import commits, confine, finder
+from . import commits, confine
 from .commits import Commit
 from .layout import STATE_DIR_NAME
-from .record import read_record
+from .record import sha256_hex
 
-__all__ = ["Distribution", "Environment"]
+__all__ = ["Distribution", "Environment", "metadata_folders"]
+
+_SUFFIXES = (".dist-info", ".egg-info")
+
+
+def metadata_folders(name: str, entries: list[str]) -> list[Path]:
+    """The metadata folders of distribution ``name`` in the first of ``entries`` where
+    importlib.metadata finds it (the first on the path wins, as for imports): one, or more when
+    stale installs were left side by side. [] when it is in none of them.
+
+    importlib.metadata finds the distributions but keeps a distribution's folder to itself
+    (``PathDistribution._path``; importlib_metadata issues 23 and 111), and fixpack needs it:
+    RECORD is rewritten there and the state is keyed on its name. So the folders are read from the
+    listing of that one entry, by the name part of each folder's name, as the packaging spec
+    names them and importlib.metadata matches them."""
+    holding = {Path(str(d.locate_file(""))) for d in md.distributions(name=name, path=entries)}
+    entry = next((e for e in entries if Path(e) in holding), None)
+    if entry is None:
+        return []
+    want = canonical(name)
+    try:
+        children = os.listdir(entry or ".")
+    except OSError:
+        children = []
+    found = [
+        Path(entry, child)
+        for child in sorted(children)
+        if child.lower().endswith(_SUFFIXES) and canonical(child.rpartition(".")[0].partition("-")[0]) == want
+    ]
+    if not found:
+        raise EnvironmentProblem(
+            f"{name} in {entry} is not installed in a .dist-info or .egg-info folder (a zip or an egg?): "
+            "reinstall it with pip"
+        )
+    return found
+
 
 @dataclass
 class Distribution:
@@ -33,7 +70,8 @@ class Distribution:
     files_root: Path  # where ``<package>/...`` lives: site-packages, or the editable checkout
     editable: bool
     commit: Commit
-    _record: dict[str, str] | None = field(default=None, repr=False, compare=False)
+    installed: md.Distribution = field(repr=False, compare=False)  # importlib.metadata's, of dist_info
+    _record: dict[str, str | None] | None = field(default=None, repr=False, compare=False)
 
     def file(self, path: str) -> Path:
         return confine.inside(self.files_root, path)
@@ -44,25 +82,34 @@ class Distribution:
 
     def record_hash(self, path: str) -> str | None:
         """sha256 (hex) that pip's RECORD gives for ``path``, if it lists one."""
-        return self.record_hashes().get(path)
+        return self.record().get(path)
 
-    def record_hashes(self) -> dict[str, str]:
-        """path -> sha256 (hex) of every file RECORD lists with a hash."""
+    def record(self) -> dict[str, str | None]:
+        """path -> sha256 (hex; None when it gives none) of every file RECORD lists, in its order;
+        {} without a readable RECORD. Only a dist-info has one: for an egg-info importlib.metadata
+        lists SOURCES.txt, the sources it was built from, not the files installed."""
         if self._record is None:
-            self._record = {r.path: r.sha256 for r in read_record(self.dist_info) if r.sha256}
+            self._record = {}
+            if self.dist_info.name.lower().endswith(".dist-info"):
+                try:
+                    files = self.installed.files or []
+                except UnicodeDecodeError:
+                    files = []
+                for f in files:
+                    self._record[f.as_posix()] = sha256_hex(f.hash.mode, f.hash.value) if f.hash else None
         return self._record
 
 
-def _read_text(dist_info: Path, name: str) -> str | None:
+def _read_text(installed: md.Distribution, name: str) -> str | None:
     try:
-        return (dist_info / name).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        return installed.read_text(name)
+    except UnicodeDecodeError:
         return None
 
 
-def _editable_root(dist_info: Path) -> Path | None:
+def _editable_root(installed: md.Distribution) -> Path | None:
     try:
-        info = json.loads(_read_text(dist_info, "direct_url.json") or "{}")
+        info = json.loads(_read_text(installed, "direct_url.json") or "{}")
     except ValueError:
         return None
     if not isinstance(info, dict) or not info.get("dir_info", {}).get("editable"):
@@ -72,16 +119,19 @@ def _editable_root(dist_info: Path) -> Path | None:
 
 
 def _read(dist_info: Path, package: str) -> Distribution:
+    installed = md.Distribution.at(dist_info)
     try:
-        fields = finder.metadata(str(dist_info))
+        # A METADATA that cannot be opened (a folder, no permission) reads as empty: no Name.
+        metadata = installed.metadata
     except (UnicodeDecodeError, OSError) as exc:
         raise EnvironmentProblem(f"{dist_info}/METADATA is unreadable ({exc}): reinstall the distribution") from None
-    name, version = fields.get("Name"), fields.get("Version")
+    name = metadata.get("Name") if metadata is not None else None
+    version = metadata.get("Version") if metadata is not None else None
     if not name or not version:
         raise EnvironmentProblem(f"{dist_info}/METADATA has no Name or Version: reinstall the distribution")
-    editable_root = _editable_root(dist_info)
+    editable_root = _editable_root(installed)
     files_root = editable_root or dist_info.parent
-    commit = _commit(dist_info, files_root / package / "_version.py", version, editable_root)
+    commit = _commit(installed, files_root / package / "_version.py", version, editable_root)
     return Distribution(
         name=canonical(name),
         package=package,
@@ -90,10 +140,11 @@ def _read(dist_info: Path, package: str) -> Distribution:
         files_root=files_root,
         editable=editable_root is not None,
         commit=commit,
+        installed=installed,
     )
 
 
-def _commit(dist_info: Path, version_py: Path, version: str, editable_root: Path | None) -> Commit:
+def _commit(installed: md.Distribution, version_py: Path, version: str, editable_root: Path | None) -> Commit:
     unreadable = ""
     try:
         found = commits.from_version_py(version_py)
@@ -104,7 +155,7 @@ def _commit(dist_info: Path, version_py: Path, version: str, editable_root: Path
     found = commits.from_local_version(version)
     if found:
         return Commit(found, "local version label")
-    found = commits.from_direct_url(_read_text(dist_info, "direct_url.json"))
+    found = commits.from_direct_url(_read_text(installed, "direct_url.json"))
     if found:
         return Commit(found, "direct_url.json vcs_info")
     if editable_root is not None:
@@ -132,11 +183,10 @@ class Environment:
         wanted = {canonical(n): pkg for n, pkg in packages.items()}
         entries = list(sys.path) if site is None else [str(site)]
         for name, package in wanted.items():
-            dists = [Path(d) for d in finder.find(name, entries)]
+            dists = metadata_folders(name, entries)
             if not dists:
                 continue
-            first = dists[0]  # the first on the path wins, as for imports
-            twins = [d for d in dists[1:] if d.parent == first.parent]
+            first, twins = dists[0], dists[1:]
             if twins:
                 names = ", ".join(p.name for p in (first, *twins))
                 raise EnvironmentProblem(

@@ -9,8 +9,6 @@ its RECORD lists its files."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import importlib.util
 import json
 import marshal
@@ -20,6 +18,7 @@ from pathlib import Path
 from ..core.bytecode import compile_module, hash_based_pyc
 from .distributions import Distribution
 from .manifest import Manifest
+from .record import render_record, row_for
 
 __all__ = ["NAME", "PACKAGE", "DIST_INFO", "RUNTIME", "module_name", "index", "files", "pyc", "in_place", "prune"]
 
@@ -64,11 +63,6 @@ def pyc(source_path: str, content: bytes) -> tuple[str, bytes] | None:
     return path, hash_based_pyc(marshal.dumps(compile_module(source_path, content)), content)
 
 
-def _row(rel: str, content: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).rstrip(b"=").decode()
-    return f"{rel},sha256={digest},{len(content)}"
-
-
 def files(index_bytes: bytes) -> dict[str, bytes]:
     """The plugin's files, by path relative to the folder on sys.path that holds it."""
     init = (RUNTIME / "check.py").read_bytes()
@@ -82,8 +76,8 @@ def files(index_bytes: bytes) -> dict[str, bytes]:
     ).encode()
     out[f"{DIST_INFO}/entry_points.txt"] = f"[{GROUP}]\n{PACKAGE} = {PACKAGE}:check\n".encode()
     out[f"{DIST_INFO}/INSTALLER"] = b"fixpack\n"
-    rows = [_row(rel, content) for rel, content in sorted(out.items())]
-    out[f"{DIST_INFO}/RECORD"] = ("\n".join([*rows, f"{DIST_INFO}/RECORD,,"]) + "\n").encode()
+    rows = [row_for(rel, content) for rel, content in sorted(out.items())]
+    out[f"{DIST_INFO}/RECORD"] = render_record([*rows, (f"{DIST_INFO}/RECORD", "", "")], newline="\n")
     return out
 
 

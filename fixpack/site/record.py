@@ -1,5 +1,6 @@
-"""A distribution's ``RECORD`` (PEP 376 / the wheel spec): the one reader, and the writer that keeps
-it true to what is installed after fixes change, create or remove files."""
+"""A distribution's ``RECORD`` (PEP 376 / the wheel spec): the writer that keeps it true to what is
+installed after fixes change, create or remove files. importlib.metadata reads it
+(``Distribution.files``); the hash it gives is turned into hex here."""
 
 from __future__ import annotations
 
@@ -7,48 +8,19 @@ import base64
 import csv
 import hashlib
 import io
-from dataclasses import dataclass
-from pathlib import Path
 
-__all__ = ["Row", "parse_record", "read_record", "render_record", "row_for", "rewrite_record"]
+__all__ = ["sha256_hex", "render_record", "row_for", "rewrite_record"]
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    path: str  # relative to the folder that holds the dist-info, '/'-separated
-    sha256: str | None  # hex, None when RECORD gives no hash (the RECORD file itself, .pyc files)
-    size: str  # as written, '' when absent
-
-
-def _hex(field: str) -> str | None:
-    algo, _, digest = field.partition("=")
-    if algo != "sha256" or not digest:
+def sha256_hex(mode: str, value: str) -> str | None:
+    """The hex digest of a RECORD hash (``sha256=<urlsafe base64, unpadded>``); None for another
+    algorithm or a digest that is not base64."""
+    if mode != "sha256" or not value:
         return None
     try:
-        return base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
+        return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
     except ValueError:
         return None
-
-
-def read_record(dist_info: Path) -> list[Row]:
-    """The rows of ``dist_info/RECORD`` (csv: quoted paths with commas are one field); [] if absent."""
-    try:
-        return parse_record((dist_info / "RECORD").read_bytes())
-    except OSError:
-        return []
-
-
-def parse_record(raw: bytes) -> list[Row]:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return []
-    rows = []
-    for fields in csv.reader(io.StringIO(text)):
-        if fields:
-            fields += [""] * (3 - len(fields))
-            rows.append(Row(fields[0], _hex(fields[1]), fields[2]))
-    return rows
 
 
 def row_for(path: str, content: bytes) -> tuple[str, str, str]:
