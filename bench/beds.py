@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import compileall
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -27,7 +28,16 @@ if TYPE_CHECKING:
     from fixpack.core.patch import FileDiff
     from fixpack.models import Pin
 
-__all__ = ["Bed", "write_site", "compile_targets", "synth_trees", "synth_cookbook", "real_cookbook", "plan"]
+__all__ = [
+    "Bed",
+    "write_site",
+    "compile_targets",
+    "synth_trees",
+    "synth_cookbook",
+    "real_cookbook",
+    "plan",
+    "fix_patches",
+]
 
 
 def write_site(work: Path, trees: dict[str, Path], pins: tuple[Pin, ...], builders: ModuleType) -> Path:
@@ -120,8 +130,9 @@ def _edit_lines(lines: list[str], tag: str, slot: int, slots: int, hunks: int, a
     return out
 
 
-def synth_cookbook(root: Path, trees: dict[str, Path], shape: Shape, builders: ModuleType) -> None:
-    """``shape``'s fixes as patches chained over the pristine ``trees``, in a profile, locked."""
+def synth_cookbook(root: Path, trees: dict[str, Path], shape: Shape, builders: ModuleType, tools: Tools) -> None:
+    """``shape``'s fixes as patches chained over the pristine ``trees``, in a profile, locked by the
+    engine under test (whose lock it then reads)."""
     cookbook = builders.Cookbook(root, sources=trees)
     slots: dict[str, int] = {}
     for fix in shape.fixes:
@@ -150,7 +161,12 @@ def synth_cookbook(root: Path, trees: dict[str, Path], shape: Shape, builders: M
     opt_ins = [f.id for f in shape.fixes if f.opt_in]
     commits = {pin.dist: list(pin.commits) for pin in shape.pins}
     cookbook.profile(pack, opt_ins, name=shape.profile, release=shape.release, commits=commits)
-    cookbook.lock(shape.profile)
+    lock(tools, root, shape.profile, trees)
+
+
+def lock(tools: Tools, cookbook: Path, profile: str, trees: dict[str, Path]) -> None:
+    sources = [a for dist, tree in trees.items() for a in ("--source", f"{dist}={tree}")]
+    must(run(tools.fixpack("lock", "--profile", profile, *sources), env=tools.env(cookbook, True)), "fixpack lock")
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,8 +185,7 @@ def real_cookbook(root: Path, site: Path, trees: dict[str, Path], tools: Tools, 
         dropped.append(f"{fid}: {reason}")
         log(f"leaving out {fid}: {reason}")
         _leave_out(root, fid, builders)
-    sources = [a for dist, tree in trees.items() for a in ("--source", f"{dist}={tree}")]
-    must(run(tools.fixpack("lock", "--profile", PROFILE, *sources), env=tools.env(root, True)), "fixpack lock")
+    lock(tools, root, PROFILE, trees)
     return dropped
 
 
@@ -249,6 +264,26 @@ def plan(tools: Tools, cookbook: Path, opt_ins: list[str], work: Path) -> tuple[
     return [d for section in sections if section.strip() for d in split_files(section)], patch
 
 
+def fix_patches(tools: Tools, cookbook: Path, opt_ins: list[str], site: Path) -> list[Path]:
+    """Each fix's own patch file in the order the apply takes them (the plan the engine resolves on
+    ``site``: ``apply --dry-run --json``), for the peer that patches without fixpack."""
+    from fixpack.cookbook.fix_module import rendered_patch_name
+    from fixpack.cookbook.profiles import load_profile
+    from fixpack.cookbook.tomlfile import read
+
+    release = load_profile(cookbook / "profiles" / f"{PROFILE}.toml").release
+    cmd = tools.fixpack("apply", "--profile", PROFILE, *opt_ins, "--dry-run", "--json", "--site", str(site))
+    result = json.loads(must(run(cmd, env=tools.env(cookbook, True)), "fixpack apply --dry-run").out)
+    out = []
+    for fix in result["fixes"]:
+        if fix["action"] != "would-apply":
+            continue
+        folder = cookbook / "fixes" / fix["id"]
+        spec = read(folder / "fix.toml")["release"][release]
+        out.append(folder / spec.get("patch", rendered_patch_name(release)))
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # A prepared environment
 
@@ -261,6 +296,7 @@ class Bed:
     opt_ins: list[str]
     targets: list[str]  # every path the plan touches
     patch_file: Path | None = None  # the plan as one patch, for the peers (git apply, patch)
+    fix_patches: list[Path] = field(default_factory=list)  # each fix's patch in plan order (the peer)
     pristine: dict[str, tuple[bytes, int] | None] = field(default_factory=dict)  # content, mtime (ns)
     pycs: dict[Path, bytes] = field(default_factory=dict)
 
@@ -271,10 +307,13 @@ class Bed:
         for rel in self.targets:
             p = self.file(rel)
             self.pristine[rel] = (p.read_bytes(), p.stat().st_mtime_ns) if p.exists() else None
-            cache = p.parent / "__pycache__"
-            if cache.is_dir():
-                for pyc in cache.glob(f"{p.stem}.*.pyc"):
-                    self.pycs[pyc] = pyc.read_bytes()
+            for pyc in self._bytecode(rel):
+                self.pycs[pyc] = pyc.read_bytes()
+
+    def _bytecode(self, rel: str) -> list[Path]:
+        p = self.file(rel)
+        cache = p.parent / "__pycache__"
+        return list(cache.glob(f"{p.stem}.*.pyc")) if cache.is_dir() else []
 
     def reset(self) -> None:
         """Back to the pristine site: targets with their mtimes (which bytecode is checked against)
@@ -284,6 +323,9 @@ class Bed:
             p = self.file(rel)
             for leftover in (p.with_name(p.name + ".orig"), p.with_name(p.name + ".rej")):
                 leftover.unlink(missing_ok=True)
+            for pyc in self._bytecode(rel):  # of a created module, or where the release had none
+                if pyc not in self.pycs:
+                    pyc.unlink()
             if pristine is None:
                 p.unlink(missing_ok=True)
                 continue
@@ -297,6 +339,14 @@ class Bed:
         # An image's files are on disk when a container starts: without this, the first fsync of
         # the measured run would also flush what the reset just wrote.
         os.sync()
+
+    def bytecode_of(self, modules: list[str]) -> dict[str, bytes | None]:
+        """The .pyc an import of each module would read (this interpreter's cache tag)."""
+        out = {}
+        for rel in modules:
+            pyc = Path(importlib.util.cache_from_source(str(self.file(rel))))
+            out[rel] = pyc.read_bytes() if pyc.exists() else None
+        return out
 
     def existing(self) -> list[Path]:
         return [self.file(t) for t in self.targets if self.file(t).exists()]

@@ -1,11 +1,13 @@
-"""The engine under test: a snapshot of the checkout's fixpack, the commands run on it, and the
-same snapshot imported into the bench for reading catalogs and writing cookbooks."""
+"""The engine under test: a snapshot of a checkout's fixpack, the command lines run on it (the
+contenders, their floors and peers), and the bench's own fixpack and builders for reading catalogs
+and writing cookbooks."""
 
 from __future__ import annotations
 
 import compileall
 import json
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -17,27 +19,35 @@ __all__ = ["Tools", "snapshot", "load_builders", "PROFILE"]
 
 PROFILE = "v0.26.0"
 
+# Besides fixpack/ and fixes/apply_all.py, what an engine's entry point may read at its root
+# (older ones check requirements.txt); copied when the checkout has it.
+ROOT_FILES = ("requirements.txt", "pyproject.toml")
 
-def snapshot(repo: Path, work: Path) -> Path:
-    """A copy of ``repo``'s engine, so that edits made to the checkout while the bench runs do not mix in."""
-    engine = work / "engine"
-    shutil.copytree(repo / "fixpack", engine / "fixpack", ignore=shutil.ignore_patterns("__pycache__"))
-    (engine / "fixes").mkdir()
-    shutil.copy2(repo / "fixes" / "apply_all.py", engine / "fixes" / "apply_all.py")
-    shutil.copy2(repo / "requirements.txt", engine / "requirements.txt")  # apply_all.py checks it
+
+def snapshot(repo: Path, dest: Path) -> Path:
+    """A copy of ``repo``'s engine in ``dest``, so that edits made to the checkout while the bench
+    runs do not mix in."""
+    shutil.copytree(repo / "fixpack", dest / "fixpack", ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / "fixes").mkdir()
+    shutil.copy2(repo / "fixes" / "apply_all.py", dest / "fixes" / "apply_all.py")
+    for name in ROOT_FILES:
+        if (repo / name).is_file():
+            shutil.copy2(repo / name, dest / name)
     # As the README has an image do when it is built: a start does not compile fixpack itself
     # (images often set PYTHONDONTWRITEBYTECODE, so nothing would keep the bytecode).
-    compileall.compile_dir(engine / "fixpack", quiet=1)
-    return engine
+    compileall.compile_dir(dest / "fixpack", quiet=1)
+    return dest
 
 
-def load_builders(engine: Path, repo: Path) -> ModuleType:
-    """The tests' builders (``tests/builders.py``), bound to the snapshot's fixpack.
+def load_builders(own: Path, repo: Path) -> ModuleType:
+    """The tests' builders (``repo/tests/builders.py``), bound to the bench's own fixpack snapshot
+    ``own``, which the bench also reads catalogs with (the engine under test only runs in processes
+    of its own, so an older engine needs nothing of this checkout's internals).
 
     ``fixpack`` is imported from the snapshot first: builders puts the checkout on sys.path, but an
     imported package keeps its own ``__path__``, so every fixpack module then comes from the snapshot.
     """
-    sys.path.insert(0, str(engine))
+    sys.path.insert(0, str(own))
     import fixpack  # noqa: F401
 
     sys.path.insert(1, str(repo / "tests"))
@@ -46,13 +56,48 @@ def load_builders(engine: Path, repo: Path) -> ModuleType:
     return builders
 
 
+# The floors: each one plain process, sequential, nothing an apply could leave out. The hash floor
+# reads and hashes the targets (what any apply or re-run must do to know where it stands); the
+# compile floor also compiles the Python ones and writes their checked hash-based .pyc (PEP 552),
+# as fixpack's apply does, in place (no temporary file, no fsync).
+HASH_FLOOR = """\
+import hashlib, sys
+for p in sys.argv[1:]:
+    with open(p, "rb") as f:
+        hashlib.sha256(f.read()).hexdigest()
+"""
+
+COMPILE_FLOOR = """\
+import hashlib, importlib.util, marshal, os, sys
+write = sys.argv[1] == "1"
+flags = (0b11).to_bytes(4, "little")  # PEP 552: hash-based, checked
+for p in sys.argv[2:]:
+    with open(p, "rb") as f:
+        source = f.read()
+    hashlib.sha256(source).hexdigest()
+    if not p.endswith(".py"):
+        continue
+    code = compile(source, p, "exec", dont_inherit=True)
+    if write:
+        pyc = importlib.util.cache_from_source(p)
+        os.makedirs(os.path.dirname(pyc), exist_ok=True)
+        with open(pyc, "wb") as f:
+            f.write(importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source) + marshal.dumps(code))
+"""
+
+
+# The peer's compile step: checked hash-based bytecode, as the apply writes it (-f: even where a
+# .pyc looks current).
+COMPILEALL = ("-m", "compileall", "-q", "-f", "--invalidation-mode", "checked-hash")
+
+
 class Tools:
     """The command lines of the contenders, with the environment each one runs in."""
 
     def __init__(self, python: str, engine: Path, repo: Path, write_bytecode: bool = True) -> None:
         self.python = python
         self.repo = engine  # where fixpack/ and fixes/apply_all.py are run from (a snapshot)
-        self.source = repo  # the checkout: its fixes/ and profiles/ are the cookbook copied
+        self.source = repo  # the bench's checkout: its fixes/ and profiles/ are the cookbook copied
         self.base_env = {k: v for k, v in os.environ.items() if not k.startswith("FIXPACK_")}
         for name in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"):
             self.base_env.pop(name, None)
@@ -79,27 +124,22 @@ class Tools:
         r = must(run(self.fixpack("list", "--profile", PROFILE, "--json"), env=self.env(cookbook, True)), "list")
         return [f["id"] for f in json.loads(r.out)["fixes"]]
 
-    def compile_floor(self, files: list[Path]) -> list[str]:
-        """The floor and the compile check of the Python files among them, the largest in a forked
-        child as fixpack does it: the least an apply that compiles what it writes can take."""
-        code = (
-            "import hashlib,os,sys\n"
-            "src={p: open(p,'rb').read() for p in sys.argv[1:]}\n"
-            "for b in src.values(): hashlib.sha256(b).hexdigest()\n"
-            "py=sorted((p for p in src if p.endswith('.py')), key=lambda p: len(src[p]), reverse=True)\n"
-            "pid=os.fork() if py else -1\n"
-            "if pid==0:\n"
-            "    compile(src[py[0]],py[0],'exec',dont_inherit=True); os._exit(0)\n"
-            "for p in py[1:]: compile(src[p],p,'exec',dont_inherit=True)\n"
-            "if pid>0: os.waitpid(pid,0)\n"
-        )
-        return [self.python, "-c", code, *map(str, files)]
-
     def floor(self, files: list[Path]) -> list[str]:
-        """Python reading and hashing the same files: the least any apply or re-run must do."""
-        code = (
-            "import hashlib,sys\n"
-            "for p in sys.argv[1:]:\n"
-            "    with open(p,'rb') as f: hashlib.sha256(f.read()).hexdigest()\n"
+        """The hash floor: python reading and hashing the files, the least any apply or re-run must do."""
+        return [self.python, "-c", HASH_FLOOR, *map(str, files)]
+
+    def compile_floor(self, files: list[Path]) -> list[str]:
+        """The compile floor: the hash floor, then the Python files compiled and their hash-based
+        .pyc written (only compiled under --dont-write-bytecode, as the apply then does): the least
+        an apply that checks and caches what it writes can take."""
+        return [self.python, "-c", COMPILE_FLOOR, "1" if self.write_bytecode else "0", *map(str, files)]
+
+    def peer(self, patches: list[Path], modules: list[str]) -> list[str]:
+        """What a cookbook without fixpack runs: ``patch -p1`` of each fix's patch in plan order,
+        then ``compileall`` of the changed modules, hash-based .pyc as the apply writes them (run
+        in the site, so that the paths given, and the bytecode's file names, are relative)."""
+        script = (
+            'for p in "$@"; do patch -p1 -s -N -i "$p" || exit 1; done\n'
+            f"exec {shlex.join([self.python, *COMPILEALL, *modules])}\n"
         )
-        return [self.python, "-c", code, *map(str, files)]
+        return ["sh", "-c", script, "peer", *map(str, patches)]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from .beds import Bed, compile_targets, plan, real_cookbook, synth_cookbook, synth_trees, write_site
+from .beds import Bed, compile_targets, fix_patches, plan, real_cookbook, synth_cookbook, synth_trees, write_site
 from .engine import PROFILE, Tools
 from .measure import log
 from .shape import Shape, derive
@@ -62,7 +62,7 @@ def prepare(work: Path, tools: Tools, builders: ModuleType, site_from: Path | No
         log("writing synthetic trees and fixes of the profile's size and shape")
         shape = derive(tools.source, PROFILE, trees)
         src = synth_trees(work / "src", shape, trees)
-        synth_cookbook(cookbook, src, shape, builders)
+        synth_cookbook(cookbook, src, shape, builders, tools)
         site = write_site(work, src, shape.pins, builders)
         sized = "measured from the trees" if trees else "estimated: FIXPACK_SRC_VLLM_GAUDI/FIXPACK_SRC_VLLM unset"
         what = f"synthetic trees ({sized}), synthetic fixes"
@@ -71,7 +71,7 @@ def prepare(work: Path, tools: Tools, builders: ModuleType, site_from: Path | No
     targets = list(dict.fromkeys(d.path for d in diffs))
     if not site_from:
         compile_targets(site, targets)
-    bed = Bed(site, cookbook, src, opt_ins, targets, patch_file)
+    bed = Bed(site, cookbook, src, opt_ins, targets, patch_file, fix_patches(tools, cookbook, opt_ins, site))
     bed.snapshot()
     files = [p for p in site.rglob("*") if p.is_file()]
     where = f"a copy of {site_from}" if site_from else "pip --target layout built from the trees"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .engine import PROFILE
-from .goals import COLD, Goal
+from .goals import Goal
 from .measure import Series
 from .scale import SCALE_SIZES, ScaleRow
 from .workloads import IMPORT_PROCESSES
@@ -28,30 +28,49 @@ def figure(value: float | None, unit: str) -> str:
     return ms(value) if unit == "s" else f"{value:.0f} {unit}".rstrip()
 
 
+def _ran(s: dict[str, Series], name: str) -> bool:
+    return name in s and bool(s[name].runs)
+
+
+def _peer(s: dict[str, Series], name: str, label: str, against: float) -> str:
+    """A peer's median and fixpack's ratio to it, or that it was not run (its tool is missing)."""
+    if not _ran(s, name):
+        return f"{label}: not run"
+    return f"{label} {ms(s[name].median)} ({ratio(against, s[name].median)})"
+
+
 def _main_rows(s: dict[str, Series]) -> list[str]:
     cold, warm, revert = s["cold"], s["warm"], s["revert"]
+    compile_floor, hash_floor = s["compile_floor"], s["hash_floor"]
+    cold_peers = "; ".join(
+        (
+            _peer(s, "peer", "patch -p1 of each fix + compileall", cold.median),
+            _peer(s, "git_apply", "git apply", cold.median),
+        )
+    )
+    warm_peers = "; ".join(
+        (
+            _peer(s, "git_check_r", "git apply --check -R", warm.median),
+            _peer(s, "patch_check_r", "patch -R --dry-run", warm.median),
+        )
+    )
     rows = [
-        f"| cold apply, full {PROFILE} + opt-ins | {ms(cold.median)} | {ms(s['cold_floor'].median)} "
-        f"| {ratio(cold.median, s['cold_floor'].median)} "
-        f"| git apply {ms(s['git_apply'].median)} ({ratio(cold.median, s['git_apply'].median)}); "
-        f"patch -p1 {ms(s['patch'].median)} ({ratio(cold.median, s['patch'].median)}) "
-        f"| {cold.peak_mib:.0f} MiB (floor {s['cold_floor'].peak_mib:.0f}) |",
-        f"| (the same floor, compiling the Python files too) | | {ms(s['cold_compile_floor'].median)} "
-        f"| {ratio(cold.median, s['cold_compile_floor'].median)} | | |",
-        f"| warm re-run (all applied) | {ms(warm.median)} | {ms(s['warm_floor'].median)} "
-        f"| {ratio(warm.median, s['warm_floor'].median)} "
-        f"| git apply --check -R {ms(s['git_check_r'].median)} ({ratio(warm.median, s['git_check_r'].median)}); "
-        f"patch -R --dry-run {ms(s['patch_check_r'].median)} ({ratio(warm.median, s['patch_check_r'].median)}) "
-        f"| {warm.peak_mib:.0f} MiB |",
+        f"| cold apply, full {PROFILE} + opt-ins | {ms(cold.median)} | {ms(compile_floor.median)} (compile floor) "
+        f"| {ratio(cold.median, compile_floor.median)} | {cold_peers} "
+        f"| {cold.peak_mib:.0f} MiB (compile floor {compile_floor.peak_mib:.0f}) |",
+        f"| (the same, against the hash floor) | | {ms(hash_floor.median)} (hash floor) "
+        f"| {ratio(cold.median, hash_floor.median)} | | (hash floor {hash_floor.peak_mib:.0f} MiB) |",
+        f"| warm re-run (all applied) | {ms(warm.median)} | {ms(s['warm_floor'].median)} (hash floor) "
+        f"| {ratio(warm.median, s['warm_floor'].median)} | {warm_peers} | {warm.peak_mib:.0f} MiB |",
         f"| revert (all) | {ms(revert.median)} | | | | {revert.peak_mib:.0f} MiB |",
     ]
-    if "apply_import" in s and s["apply_import"].runs:
+    if _ran(s, "apply_import"):
         both, stock = s["apply_import"].median, s["stock_import"].median
         rows.append(
             f"| apply + first import in {IMPORT_PROCESSES} processes | {ms(both)} "
             f"| {ms(stock)} (first import of the stock modules) | {ratio(both, stock)} | none | |"
         )
-    if "verify" in s and s["verify"].runs:
+    if _ran(s, "verify"):
         verify, torch = s["verify"], s["torch_import"].median
         rcs = ",".join(str(r.rc) for r in verify.runs)
         rows.append(
@@ -78,51 +97,30 @@ def _scale_rows(scale: list[ScaleRow]) -> list[str]:
     return [*rows, ""]
 
 
-def cold_headroom(s: dict[str, Series], ratio_goal: float) -> dict[str, float] | None:
-    """What the cold-apply goal leaves once the interpreter has read and compiled the targets (the
-    compile floor): the time left for everything else an apply does, against what fixpack spends there."""
-    if not (s["cold"].runs and s["cold_floor"].runs and s["cold_compile_floor"].runs):
-        return None
-    floor, compile_floor, cold = s["cold_floor"].median, s["cold_compile_floor"].median, s["cold"].median
-    return {
-        "compile_floor_ratio": compile_floor / floor,
-        "left_s": floor * ratio_goal - compile_floor,
-        "spent_s": cold - compile_floor,
-    }
-
-
-def _headroom_line(h: dict[str, float] | None, ratio_goal: float) -> list[str]:
-    if h is None:
-        return []
-    return [
-        f"  (cold apply: the compile floor alone is {h['compile_floor_ratio']:.1f}x the floor, "
-        f"so {ratio_goal:g}x leaves {ms(max(h['left_s'], 0.0))} for the engine's imports, the catalog, "
-        "patching and the synced commit; "
-        f"fixpack spends {ms(h['spent_s'])} there)"
-    ]
-
-
 def _goal_line(g: Goal) -> str:
     mark = {True: "MET   ", False: "MISSED", None: "NOT RUN"}[g.met]
-    against = f"floor {figure(g.floor, g.unit)} x {g.limit_ratio:g}" if g.limit_ratio != 1 else "budget"
-    return f"  [{mark}] {g.name}: {figure(g.measured, g.unit)}, limit {figure(g.limit, g.unit)} ({against})"
+    against = f"{figure(g.floor, g.unit)} x {g.limit_ratio:g}" if g.limit_ratio != 1 else "budget"
+    below = "below " if g.strict else ""
+    return f"  [{mark}] {g.name}: {figure(g.measured, g.unit)}, limit {below}{figure(g.limit, g.unit)} ({against})"
 
 
 def table(ctx: dict[str, Any], s: dict[str, Series], scale: list[ScaleRow], imports: dict, goals: list[Goal]) -> str:
     lines = [
         f"fixpack bench, {ctx['when']} on {ctx['host']}: {ctx['python']}, {ctx['cpus']} CPUs, load {ctx['load']}",
+        f"engine: {ctx['engine']}",
         f"environment: {ctx['env']}",
         f"bytecode of the patched modules: {ctx['bytecode']}",
         f"profile {PROFILE}: {ctx['profile']}",
         *([] if ctx["real"] else [f"synthetic fixes of the shape of this repository's: {ctx['shape']}"]),
         f"medians of {ctx['repeat']} whole-process runs (verify: {ctx['verify_repeat']}), start-up included",
+        *(f"skipped: {why}" for why in ctx.get("skipped", [])),
         "",
         "| workload | fixpack | floor | fixpack/floor | peers (fixpack/peer) | peak RSS |",
         "|---|---|---|---|---|---|",
         *_main_rows(s),
         "",
         f"(interpreter start-up in these runs: python -c pass {ms(s['py_start'].median)}, "
-        f"python -I -S -c pass {ms(s['py_start_bare'].median)}; the floor includes the first)",
+        f"python -I -S -c pass {ms(s['py_start_bare'].median)}; each floor includes the first)",
         "",
         *(_scale_rows(scale) if scale else []),
     ]
@@ -130,7 +128,7 @@ def table(ctx: dict[str, Any], s: dict[str, Series], scale: list[ScaleRow], impo
         loaded = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in imports[kind]["loaded"].items())
         what = "cold apply" if kind == "cold" else "warm re-run"
         lines.append(f"imports, {what}: {imports[kind]['modules']} modules, {ms(imports[kind]['import_s'])}; {loaded}")
-    lines += ["", "goals", *map(_goal_line, goals), *_headroom_line(cold_headroom(s, COLD), COLD)]
+    lines += ["", "goals", *map(_goal_line, goals)]
     return "\n".join(lines)
 
 
@@ -155,5 +153,4 @@ def as_json(
         ],
         "imports": imports,
         "goals": [g.json() for g in goals],
-        "cold_headroom": cold_headroom(s, COLD),
     }

@@ -31,7 +31,7 @@ from bench.measure import log, must, run  # noqa: E402
 from bench.prepare import describe, prepare, source_trees  # noqa: E402
 from bench.report import as_json, table  # noqa: E402
 from bench.scale import bench_scale  # noqa: E402
-from bench.workloads import bench_first_import, bench_main, bench_verify, imports_on  # noqa: E402
+from bench.workloads import bench_first_import, bench_main, bench_verify, imports_on, missing_tools  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,12 +41,18 @@ def main(argv: list[str] | None = None) -> int:
         description=(__doc__ or "").split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--repeat", type=int, default=7, help="runs per contender (median; default 7)")
-    ap.add_argument("--verify-repeat", type=int, default=1, help="fixpack verify runs (about 100 s each; 0: skip)")
+    ap.add_argument("--verify-repeat", type=int, default=1, help="fixpack verify runs (10-15 s each; 0: skip)")
     ap.add_argument("--scale-repeat", type=int, help="runs per scale row (default: --repeat)")
     ap.add_argument("--no-scale", action="store_true", help="skip the scale rows")
     ap.add_argument("--site-from", type=Path, metavar="DIR", help="copy this pristine installed site (never written)")
     ap.add_argument("--synthetic", action="store_true", help="synthetic trees even when FIXPACK_SRC_* are set")
-    ap.add_argument("--repo", type=Path, default=REPO, help="the fixpack checkout to bench (default: this one)")
+    ap.add_argument(
+        "--repo",
+        type=Path,
+        default=REPO,
+        help="the checkout whose engine (fixpack/, fixes/apply_all.py) is measured on this checkout's "
+        "workloads (default: this one)",
+    )
     ap.add_argument("--python", default=sys.executable, help="interpreter for fixpack and the floor (default: this)")
     ap.add_argument("--workdir", type=Path, help="scratch folder (default: a new temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
@@ -62,10 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(
             "--site-from needs the real fixes: set FIXPACK_SRC_VLLM_GAUDI and FIXPACK_SRC_VLLM, without --synthetic"
         )
-    for tool in ("git", "patch"):
-        if shutil.which(tool) is None:
-            raise SystemExit(f"bench: {tool} is not installed (a peer)")
     repo = args.repo.resolve()
+    if not (repo / "fixpack").is_dir() or not (repo / "fixes" / "apply_all.py").is_file():
+        ap.error(f"--repo {args.repo}: not a fixpack checkout (no fixpack/ or fixes/apply_all.py)")
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="fixpack-bench-", dir=args.workdir))
@@ -80,15 +85,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def _bench(args: argparse.Namespace, repo: Path, work: Path) -> int:
     t_start = time.perf_counter()
-    engine = snapshot(repo, work)
-    tools = Tools(args.python, engine, repo, write_bytecode=not args.dont_write_bytecode)
-    builders = load_builders(engine, repo)
+    # The engine under test is --repo's; the workloads (cookbook, profile, sites) are this checkout's,
+    # read with this checkout's own fixpack, so that two engines are measured on the same work.
+    engine = snapshot(repo, work / "engine")
+    own = engine if repo == REPO else snapshot(REPO, work / "bench-fixpack")
+    tools = Tools(args.python, engine, REPO, write_bytecode=not args.dont_write_bytecode)
+    builders = load_builders(own, REPO)
     prepared = prepare(work, tools, builders, args.site_from, args.synthetic)
     bed = prepared.bed
+    missing = missing_tools()
+    for why in missing.values():
+        log(f"skipped: {why}")
     ctx = {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "host": platform.node(),
         "python": f"Python {platform.python_version()} ({args.python})",
+        "engine": _describe(repo),
         "cpus": os.cpu_count(),
         "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
         "env": prepared.env,
@@ -97,11 +109,12 @@ def _bench(args: argparse.Namespace, repo: Path, work: Path) -> int:
         "repeat": args.repeat,
         "verify_repeat": args.verify_repeat,
         "real": prepared.real,
+        "skipped": list(missing.values()),
         "bytecode": "written (PYTHONDONTWRITEBYTECODE unset)"
         if tools.write_bytecode
         else "not written (PYTHONDONTWRITEBYTECODE=1)",
     }
-    series = bench_main(bed, tools, args.repeat)
+    series = bench_main(bed, tools, args.repeat, missing)
     apply_cmd = tools.apply_all(bed.site, bed.opt_ins)
     imports = {kind: imports_on(apply_cmd, tools.env(bed.cookbook), work) for kind in ("cold", "warm")}
     revert = tools.fixpack("revert", "--site", str(bed.site))
@@ -119,6 +132,15 @@ def _bench(args: argparse.Namespace, repo: Path, work: Path) -> int:
     if args.json:
         args.json.write_text(json.dumps(as_json(ctx, series, scale, imports, judged), indent=2) + "\n")
     return 0
+
+
+def _describe(repo: Path) -> str:
+    """The checkout whose engine is measured, and its commit (with + when its tree has changes)."""
+    head = run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"]) if shutil.which("git") else None
+    if head is None or head.rc != 0:
+        return str(repo)
+    dirty = run(["git", "-C", str(repo), "status", "--porcelain", "--", "fixpack", "fixes/apply_all.py"])
+    return f"{repo} at {head.out.strip()}{'+' if dirty.out.strip() else ''}"
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def bench_scale(like: Shape, work: Path, tools: Tools, builders: ModuleType, rep
                 shape = scale_shape(like, n, spread, size)
                 trees = _trees(base / "src", shape)
                 cookbook = base / "cookbook"
-                synth_cookbook(cookbook, trees, shape, builders)
+                synth_cookbook(cookbook, trees, shape, builders, tools)
                 site = write_site(base, trees, shape.pins, builders)
                 compile_targets(site, shape.paths)
                 bed = Bed(site, cookbook, trees, [], shape.paths)

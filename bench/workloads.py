@@ -5,6 +5,8 @@ by the workers' first import, and verify."""
 from __future__ import annotations
 
 import re
+import shutil
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -12,14 +14,14 @@ from .beds import Bed
 from .engine import PROFILE, Tools
 from .measure import Series, log, must, peak, run, run_together
 
-__all__ = ["bench_main", "bench_first_import", "bench_verify", "imports_on", "IMPORT_PROCESSES"]
+__all__ = ["bench_main", "bench_first_import", "bench_verify", "imports_on", "missing_tools", "IMPORT_PROCESSES"]
 
 MAIN = (
     "cold",
-    "cold_floor",
-    "cold_compile_floor",
+    "hash_floor",
+    "compile_floor",
+    "peer",
     "git_apply",
-    "patch",
     "warm",
     "warm_floor",
     "git_check_r",
@@ -29,9 +31,25 @@ MAIN = (
     "py_start_bare",
 )
 
+# The peers' tools: a row whose tool is not installed is skipped, and the report says why.
+PEER_TOOLS = {
+    "patch": ("peer", "patch_check_r"),
+    "git": ("git_apply", "git_check_r"),
+}
 
-def bench_main(bed: Bed, tools: Tools, repeat: int) -> dict[str, Series]:
-    """Cold apply, warm re-run and revert with their floors and peers."""
+
+def missing_tools() -> dict[str, str]:
+    """Each peer tool that is not installed, with the rows it costs."""
+    return {
+        tool: f"{tool} is not installed: {', '.join(rows)} not run"
+        for tool, rows in PEER_TOOLS.items()
+        if shutil.which(tool) is None
+    }
+
+
+def bench_main(bed: Bed, tools: Tools, repeat: int, missing: Collection[str] = ()) -> dict[str, Series]:
+    """Cold apply, warm re-run and revert with their floors and peers (a peer whose tool is in
+    ``missing`` is left out)."""
     assert bed.patch_file is not None, "the peers need the plan's patch"
     s = {name: Series(name) for name in MAIN}
     env, menv = tools.env(bed.cookbook), tools.env(bed.cookbook, module=True)
@@ -39,46 +57,57 @@ def bench_main(bed: Bed, tools: Tools, repeat: int) -> dict[str, Series]:
     apply_cmd = tools.apply_all(bed.site, bed.opt_ins)
     git_apply = ["git", "apply", "-p1", str(bed.patch_file)]
     git_check = ["git", "apply", "--check", "-R", "-p1", str(bed.patch_file)]
-    patch_apply = ["patch", "-p1", "-s", "-N", "-i", str(bed.patch_file)]
     patch_check = ["patch", "-p1", "-s", "-R", "--dry-run", "-i", str(bed.patch_file)]
     revert_cmd = tools.fixpack("revert", "--site", str(bed.site))
+    has_git, has_patch = "git" not in missing, "patch" not in missing
 
     # Warm-up round (not timed): peak RSS of each contender, and the peers must leave the same bytes.
     bed.reset()
-    s["cold_floor"].measure(must(peak(tools.floor(bed.existing()), cwd=cwd), "floor"))
-    s["cold_compile_floor"].measure(must(peak(tools.compile_floor(bed.existing()), cwd=cwd), "compile floor"))
-    s["git_apply"].measure(must(peak(git_apply, cwd=bed.site), "git apply"))
-    by_git = bed.hashes()
-    bed.reset()
-    s["patch"].measure(must(peak(patch_apply, cwd=bed.site), "patch -p1"))
-    by_patch = bed.hashes()
-    bed.reset()
     s["cold"].measure(must(peak(apply_cmd, env=env, cwd=cwd), "cold apply"))
     by_fixpack = bed.hashes()
-    s["warm_floor"].measure(must(peak(tools.floor(bed.existing()), cwd=cwd), "floor"))
+    modules = [t for t, h in by_fixpack.items() if h is not None and t.endswith(".py")]  # what the peer compiles
+    pycs = bed.bytecode_of(modules)
+    peer = tools.peer(bed.fix_patches, modules)
+    s["warm_floor"].measure(must(peak(tools.floor(bed.existing()), cwd=cwd), "hash floor"))
     s["warm"].measure(must(peak(apply_cmd, env=env, cwd=cwd), "warm re-run"))
-    s["git_check_r"].measure(must(peak(git_check, cwd=bed.site), "git apply --check -R"))
-    s["patch_check_r"].measure(must(peak(patch_check, cwd=bed.site), "patch -R --dry-run"))
+    if has_git:
+        s["git_check_r"].measure(must(peak(git_check, cwd=bed.site), "git apply --check -R"))
+    if has_patch:
+        s["patch_check_r"].measure(must(peak(patch_check, cwd=bed.site), "patch -R --dry-run"))
     s["revert"].measure(must(peak(revert_cmd, env=menv, cwd=cwd), "revert"))
-    for name, got in (("git apply", by_git), ("patch -p1", by_patch)):
-        if got != by_fixpack:
-            bad = [t for t in bed.targets if got[t] != by_fixpack[t]]
-            log(f"warning: {name} leaves other bytes than fixpack in {', '.join(bad)}")
+    bed.reset()
+    s["hash_floor"].measure(must(peak(tools.floor(bed.existing()), cwd=cwd), "hash floor"))
+    s["compile_floor"].measure(must(peak(tools.compile_floor(bed.existing()), cwd=cwd), "compile floor"))
+    if has_git:
+        bed.reset()
+        s["git_apply"].measure(must(peak(git_apply, cwd=bed.site), "git apply"))
+        _same(bed, "git apply", by_fixpack)
+    if has_patch:
+        bed.reset()
+        s["peer"].measure(must(peak(peer, cwd=bed.site), "patch loop + compileall"))
+        _same(bed, "patch loop", by_fixpack)
+        if tools.write_bytecode and bed.bytecode_of(modules) != pycs:
+            log("warning: compileall writes other bytecode than fixpack")
 
     for i in range(repeat):
         log(f"main workloads: round {i + 1}/{repeat}")
         bed.reset()
-        s["cold_floor"].add(must(run(tools.floor(bed.existing()), cwd=cwd), "floor"))
-        s["cold_compile_floor"].add(must(run(tools.compile_floor(bed.existing()), cwd=cwd), "compile floor"))
-        s["git_apply"].add(must(run(git_apply, cwd=bed.site), "git apply"))
-        bed.reset()
-        s["patch"].add(must(run(patch_apply, cwd=bed.site), "patch -p1"))
+        s["hash_floor"].add(must(run(tools.floor(bed.existing()), cwd=cwd), "hash floor"))
+        s["compile_floor"].add(must(run(tools.compile_floor(bed.existing()), cwd=cwd), "compile floor"))
+        if has_git:
+            bed.reset()
+            s["git_apply"].add(must(run(git_apply, cwd=bed.site), "git apply"))
+        if has_patch:
+            bed.reset()
+            s["peer"].add(must(run(peer, cwd=bed.site), "patch loop + compileall"))
         bed.reset()
         s["cold"].add(must(run(apply_cmd, env=env, cwd=cwd), "cold apply"))
-        s["warm_floor"].add(must(run(tools.floor(bed.existing()), cwd=cwd), "floor"))
+        s["warm_floor"].add(must(run(tools.floor(bed.existing()), cwd=cwd), "hash floor"))
         s["warm"].add(must(run(apply_cmd, env=env, cwd=cwd), "warm re-run"))
-        s["git_check_r"].add(must(run(git_check, cwd=bed.site), "git apply --check -R"))
-        s["patch_check_r"].add(must(run(patch_check, cwd=bed.site), "patch -R --dry-run"))
+        if has_git:
+            s["git_check_r"].add(must(run(git_check, cwd=bed.site), "git apply --check -R"))
+        if has_patch:
+            s["patch_check_r"].add(must(run(patch_check, cwd=bed.site), "patch -R --dry-run"))
         s["revert"].add(must(run(revert_cmd, env=menv, cwd=cwd), "revert"))
         s["py_start"].add(must(run([tools.python, "-c", "pass"], cwd=cwd), "python -c pass"))
         s["py_start_bare"].add(must(run([tools.python, "-I", "-S", "-c", "pass"], cwd=cwd), "python -I -S"))
@@ -86,6 +115,13 @@ def bench_main(bed: Bed, tools: Tools, repeat: int) -> dict[str, Series]:
             log("warning: revert did not give back the pristine files")
     bed.reset()
     return s
+
+
+def _same(bed: Bed, name: str, by_fixpack: dict[str, str | None]) -> None:
+    got = bed.hashes()
+    if got != by_fixpack:
+        bad = [t for t in bed.targets if got[t] != by_fixpack[t]]
+        log(f"warning: {name} leaves other bytes than fixpack in {', '.join(bad)}")
 
 
 # --------------------------------------------------------------------------------------------
