@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import unidiff
 
 from fixpack.core import patch
 from fixpack.core.patch import HunkFailed, PatchError, UnsupportedPatch
@@ -49,6 +50,15 @@ def test_a_commit_that_empties_a_file_edits_it():
     assert patch.apply(fd, b"a\nb\n") == b""
     assert patch.apply(fd.reversed(), b"") == b"a\nb\n"
     assert [(e.creates, e.deletes) for e in patch.index(EMPTIED)] == [(False, False)]
+
+
+def test_an_emptied_file_is_not_a_deletion_though_unidiff_says_so():
+    plain = EMPTIED.split("\n", 2)[2]  # without the diff --git and index lines, as diff -u writes it
+    for text in (EMPTIED, plain):
+        (raw,) = unidiff.PatchSet(text)
+        assert raw.is_removed_file  # unidiff reads deletion from the counts
+        (fd,) = patch.parse(text)
+        assert not fd.deletes and fd.new_path == "m.py"
 
 
 def test_reversing_an_empty_to_content_edit_empties_the_file_and_keeps_it():
@@ -279,6 +289,14 @@ def test_quoted_names_are_unquoted_as_git_writes_them():
     assert one(git + "@@ -1 +1 @@\n-a\n+b\n").path == "caf\u00e9.py"
     with pytest.raises(PatchError, match="escape"):
         patch.parse('--- "a/x\\q"\n+++ "b/x\\q"\n@@ -1 +1 @@\n-a\n+b\n')
+
+
+def test_quoted_names_are_unquoted_though_unidiff_keeps_the_quotes():
+    git = 'diff --git "a/caf\\303\\251.py" "b/caf\\303\\251.py"\n--- "a/caf\\303\\251.py"\n+++ "b/caf\\303\\251.py"\n'
+    text = git + "@@ -1 +1 @@\n-a\n+b\n"
+    (raw,) = unidiff.PatchSet(text)
+    assert raw.path == '"caf\\303\\251.py"'
+    assert [fd.path for fd in patch.parse(text)] == [e.path for e in patch.index(text)] == ["caf\u00e9.py"]
 
 
 def test_names_with_spaces_and_timestamps():
