@@ -354,6 +354,16 @@ def test_garbage_is_refused(text: str, message: str):
         patch.parse(text)
 
 
+def test_a_line_after_a_hunk_and_its_marker_is_refused_before_the_next_hunk():
+    marked = GOOD + "\\ No newline at end of file\n"
+    for text in (GOOD, marked):
+        with pytest.raises(PatchError, match="more lines") as refused:
+            patch.parse(text + " x\n@@ -9 +9 @@\n-x\n+y\n")
+        assert refused.value.path == "m.py"
+    with pytest.raises(PatchError, match="after text"):
+        patch.parse(marked + "note\n@@ -9 +9 @@\n-x\n+y\n")
+
+
 def test_mbox_mail_and_signature_are_skipped():
     mail = (
         "From 1234 Mon Sep 17 00:00:00 2001\nFrom: A <a@b>\nSubject: [PATCH] fix\n\nBody text.\n---\n"

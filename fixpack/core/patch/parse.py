@@ -139,6 +139,19 @@ def _read(lines: list[str]) -> PatchSet:
     return files
 
 
+def _end(raw: RawHunk) -> int:
+    """The line after a hunk as unidiff read it: its numbered lines, then the markers it added."""
+    end = 0
+    for line in raw:
+        if line.diff_line_no is not None:
+            end = line.diff_line_no
+        elif line.line_type == LINE_TYPE_NO_NEWLINE:
+            end += 1
+        else:
+            break
+    return end
+
+
 def _refusal(message: str, files: PatchSet, lines: list[str], read: int) -> PatchError:
     """unidiff's parse error as fixpack's, with the path when known."""
     path = _label(files[-1]) if files else None
@@ -160,7 +173,7 @@ def _refusal(message: str, files: PatchSet, lines: list[str], read: int) -> Patc
         if not files:
             return PatchError(f"{at}: a hunk without a file header")
         if files[-1]:  # the line after the file's last hunk, which unidiff passed over as text
-            after = lines[files[-1][-1][-1].diff_line_no]
+            after = lines[_end(files[-1][-1])]
             if after[:1] in _HUNK_LINES and _chomp(after) != "-- ":
                 return PatchError(f"hunk #{len(files[-1])}: more lines than its @@ header counts", path)
         return PatchError(f"{at}: a hunk after text that is not part of a hunk", path)
@@ -333,10 +346,9 @@ def _file(lines: list[str], header: _Header, end: int, text: str) -> FileDiff:
     if header.raw and not header.has_hunks:
         raise PatchError("hunks without ---/+++ lines", path)
     for number, raw in enumerate(header.raw, 1):
-        read = [line.diff_line_no for line in raw if line.diff_line_no is not None]
-        if not read:  # "@@ -1,0 +1,0 @@" as the patch's last line
+        if not raw or raw[0].diff_line_no is None:  # "@@ -1,0 +1,0 @@" as the patch's last line
             raise PatchError(f"hunk #{number} changes nothing", path)
-        at = read[0] - 2
+        at = raw[0].diff_line_no - 2
         if at != j:
             raise PatchError(f"patch line {j + 1}: a hunk after text that is not part of a hunk", path)
         hunk, j = _hunk(lines, raw, at, number, path)
