@@ -63,7 +63,7 @@ def test_creating_deleting_and_a_file_that_should_not_be_there():
         diff.apply(delete, None)
 
 
-def test_index_cuts_a_git_patch_without_parsing_hunks():
+def test_index_cuts_a_git_patch_into_its_files():
     text = diff.render("a.py", b"1\n", b"2\n") + diff.render("b.py", None, b"new\n")
     entries = diff.index(text)
     assert [(e.path, e.creates, e.deletes) for e in entries] == [("a.py", False, False), ("b.py", True, False)]

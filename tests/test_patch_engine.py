@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import unidiff
 
 from fixpack.core import patch
 from fixpack.core.patch import HunkFailed, PatchError, UnsupportedPatch
@@ -49,6 +50,15 @@ def test_a_commit_that_empties_a_file_edits_it():
     assert patch.apply(fd, b"a\nb\n") == b""
     assert patch.apply(fd.reversed(), b"") == b"a\nb\n"
     assert [(e.creates, e.deletes) for e in patch.index(EMPTIED)] == [(False, False)]
+
+
+def test_an_emptied_file_is_not_a_deletion_though_unidiff_says_so():
+    plain = EMPTIED.split("\n", 2)[2]  # without the diff --git and index lines, as diff -u writes it
+    for text in (EMPTIED, plain):
+        (raw,) = unidiff.PatchSet(text)
+        assert raw.is_removed_file  # unidiff reads deletion from the counts
+        (fd,) = patch.parse(text)
+        assert not fd.deletes and fd.new_path == "m.py"
 
 
 def test_reversing_an_empty_to_content_edit_empties_the_file_and_keeps_it():
@@ -281,6 +291,14 @@ def test_quoted_names_are_unquoted_as_git_writes_them():
         patch.parse('--- "a/x\\q"\n+++ "b/x\\q"\n@@ -1 +1 @@\n-a\n+b\n')
 
 
+def test_quoted_names_are_unquoted_though_unidiff_keeps_the_quotes():
+    git = 'diff --git "a/caf\\303\\251.py" "b/caf\\303\\251.py"\n--- "a/caf\\303\\251.py"\n+++ "b/caf\\303\\251.py"\n'
+    text = git + "@@ -1 +1 @@\n-a\n+b\n"
+    (raw,) = unidiff.PatchSet(text)
+    assert raw.path == '"caf\\303\\251.py"'
+    assert [fd.path for fd in patch.parse(text)] == [e.path for e in patch.index(text)] == ["caf\u00e9.py"]
+
+
 def test_names_with_spaces_and_timestamps():
     spaced = "diff --git a/sp ace.py b/sp ace.py\nnew file mode 100644\n"
     assert one(spaced).path == "sp ace.py"
@@ -334,6 +352,16 @@ def test_a_truncated_patch_is_refused():
 def test_garbage_is_refused(text: str, message: str):
     with pytest.raises(PatchError, match=message):
         patch.parse(text)
+
+
+def test_a_line_after_a_hunk_and_its_marker_is_refused_before_the_next_hunk():
+    marked = GOOD + "\\ No newline at end of file\n"
+    for text in (GOOD, marked):
+        with pytest.raises(PatchError, match="more lines") as refused:
+            patch.parse(text + " x\n@@ -9 +9 @@\n-x\n+y\n")
+        assert refused.value.path == "m.py"
+    with pytest.raises(PatchError, match="after text"):
+        patch.parse(marked + "note\n@@ -9 +9 @@\n-x\n+y\n")
 
 
 def test_mbox_mail_and_signature_are_skipped():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..core.patch import index
 from ..core.paths import check_all
+from ..errors import UsageError
 from ..models import PROOF_LEVELS, UPSTREAM_STATUSES, Change, Fix, Proof, Upstream
 from . import tomlfile
 from .lockfile import lock_path, read_lock
@@ -74,8 +75,10 @@ def load_fix(fix_dir: Path) -> Fix:
             raise invalid(where, f"release {release!r}: cannot read {patch_file.name} ({exc.strerror})") from None
         try:
             per_file = index(text)
-        except ValueError as exc:
-            raise invalid(patch_file, str(exc)) from None
+        except ValueError as exc:  # in the words an invalid patch met while applying had before
+            raise UsageError(
+                f"invalid patch of fix {fix_id} ({patch_file}): {exc}", fix_id=fix_id, path=str(patch_file)
+            ) from None
         if not per_file:
             raise invalid(patch_file, "no file diffs in it")
         check_all((fd.path for fd in per_file), fix_id=fix_id, where=patch_file)

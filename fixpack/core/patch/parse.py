@@ -1,20 +1,36 @@
-"""Read a patch (plain, git or mbox) into one FileDiff per file, or cut it into files cheaply.
+"""Read a patch (plain, git or mbox) into one FileDiff per file: unidiff reads it, this adapter
+turns its PatchSet into fixpack's model and answers what unidiff leaves open.
 
-Files are found by their headers (``diff --git``, or ``---``/``+++`` followed by ``@@ -``); text
-before the first header (a mail) and after a file's last hunk (a signature) is ignored, as git
-does. A hunk ends where its ``@@`` counts say. Creation and deletion come from ``/dev/null`` in
-the ``---``/``+++`` lines or git's ``new file mode``/``deleted file mode``, never from counts.
-Binary patches, renames, copies, mode changes, symlinks and submodules are refused.
+- Creation and deletion come from ``/dev/null`` in the ``---``/``+++`` lines or git's ``new file
+  mode``/``deleted file mode``, never from counts (unidiff calls an emptied file removed).
+- git's C-style quoted names (``"a/caf\\303\\251.py"``) are unquoted (unidiff keeps the quotes).
+- Binary patches, renames, copies, mode changes, symlinks and submodules are refused.
+- unidiff passes over some malformed text (lines after a hunk become the next file's header or
+  are dropped), so every line of the input must be accounted for by what it read: its numbered
+  hunk lines, the git header it kept, the ``---``/``+++`` pair. What it did not read is allowed
+  before the first file (a mail) and after a file's last hunk (a signature, the next mail) when
+  it does not look like more hunk lines, as git allows.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+from unidiff import Hunk as RawHunk
+from unidiff import PatchedFile, PatchSet, UnidiffParseError
+from unidiff.constants import (
+    LINE_TYPE_EMPTY,
+    LINE_TYPE_NO_NEWLINE,
+    RE_DIFF_GIT_HEADER,
+    RE_DIFF_GIT_HEADER_NO_PREFIX,
+    RE_DIFF_GIT_HEADER_URI_LIKE,
+    RE_SOURCE_FILENAME,
+    RE_TARGET_FILENAME,
+)
 
 from .model import ENC, ERRORS, FileDiff, FileEntry, Hunk, PatchError, UnsupportedPatch, split_lines
 
-_HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _DEV_NULL = "/dev/null"
 _ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
 # git's extended header lines (apply.c, parse_git_diff_header); "---"/"+++" end the header.
@@ -35,7 +51,7 @@ _EXTENDED = (
     "GIT binary patch",
     "Binary files ",
 )
-_HEADS = frozenset("d-@B")  # the first characters of the lines _cut looks at
+_HUNK_LINES = (" ", "+", "-", "\\")
 _REGULAR = "100644"
 _EXECUTABLE = "100755"
 
@@ -50,6 +66,12 @@ class _Header:
     start: int  # the header's first line
     body: int  # the first line after the header
     has_hunks: bool  # a ---/+++ pair was seen: hunks must follow
+    raw: PatchedFile
+
+
+def _chomp(line: str) -> str:
+    line = line[:-1] if line.endswith("\n") else line
+    return line[:-1] if line.endswith("\r") else line
 
 
 def _unquote(field: str) -> tuple[str, str]:
@@ -79,101 +101,154 @@ def _unquote(field: str) -> tuple[str, str]:
     raise PatchError(f"unterminated quoted name {field!r}")
 
 
-def _chomp(line: str) -> str:
-    line = line[:-1] if line.endswith("\n") else line
-    return line[:-1] if line.endswith("\r") else line
-
-
 def _name(field: str) -> str:
-    """The name on a ``---``/``+++`` line: quoted, or up to a tab (git adds one after names with
-    spaces; traditional diffs put a timestamp there)."""
+    """A name as unidiff read it from a header line: unquoted, less a CR of a CRLF patch."""
     field = _chomp(field)
-    if field.startswith('"'):
-        return _unquote(field)[0]
-    return field.split("\t", 1)[0]
+    return _unquote(field)[0] if field.startswith('"') else field
 
 
 def _strip(name: str) -> str:
     return name[2:] if name[:2] in ("a/", "b/") else name
 
 
-def _git_names(rest: str) -> tuple[str, str] | None:
-    """The two names of a ``diff --git`` line, or None where spaces make them ambiguous."""
-    rest = _chomp(rest)
-    if rest.startswith('"'):
-        a, tail = _unquote(rest)
-        if not tail.startswith(" "):
-            return None
-        tail = tail[1:]
-        return a, _unquote(tail)[0] if tail.startswith('"') else tail
-    quote = rest.find(' "')
-    if quote >= 0:
-        return rest[:quote], _unquote(rest[quote + 1 :])[0]
-    spaces = [i for i, c in enumerate(rest) if c == " "]
-    if len(spaces) == 1:
-        return rest[: spaces[0]], rest[spaces[0] + 1 :]
-    for i in spaces:  # "a/x y b/x y": the split where both sides name the same file
-        if _strip(rest[:i]) == _strip(rest[i + 1 :]):
-            return rest[:i], rest[i + 1 :]
-    return None
+def _label(raw: PatchedFile) -> str | None:
+    """The path to name in an error about a file unidiff was reading."""
+    try:
+        names = [_name(n) for n in (raw.target_file, raw.source_file) if n]
+    except PatchError:
+        return None
+    return next((_strip(n) for n in names if n != _DEV_NULL), None)
 
 
-def _mode(line: str, prefix: str) -> str:
-    return _chomp(line)[len(prefix) :].strip()
+def _read(lines: list[str]) -> PatchSet:
+    read = 0
+
+    def counted() -> Iterator[str]:  # the lines, counting how far unidiff got
+        nonlocal read
+        for line in lines:
+            read += 1
+            yield line
+
+    files = PatchSet(())
+    try:
+        # PatchSet's constructor drops the files read before an error; parsing into a set of our own
+        # keeps them, to name the file the error is in.
+        files._parse(counted(), encoding=None, metadata_only=False)
+    except UnidiffParseError as exc:
+        raise _refusal(str(exc), files, lines, read) from None
+    return files
 
 
-def _git_header(lines: list[str], start: int) -> _Header:
-    names = _git_names(lines[start][len("diff --git ") :])
-    guess = _strip(names[1]) if names else None
+def _end(raw: RawHunk) -> int:
+    """The line after a hunk as unidiff read it: its numbered lines, then the markers it added."""
+    end = 0
+    for line in raw:
+        if line.diff_line_no is not None:
+            end = line.diff_line_no
+        elif line.line_type == LINE_TYPE_NO_NEWLINE:
+            end += 1
+        else:
+            break
+    return end
+
+
+def _refusal(message: str, files: PatchSet, lines: list[str], read: int) -> PatchError:
+    """unidiff's parse error as fixpack's, with the path when known."""
+    path = _label(files[-1]) if files else None
+    number = len(files[-1]) + 1 if files else 1  # the hunk being read is not in the file yet
+    at = f"patch line {read}"
+    if message.startswith("Hunk is shorter"):
+        if not lines[-1].endswith("\n"):
+            return PatchError(f"hunk #{number}: the patch ends mid-line (truncated?)", path)
+        return PatchError(f"hunk #{number} is truncated: the patch ends before its @@ counts are met", path)
+    if message.startswith("Hunk is longer"):
+        return PatchError(f"hunk #{number}: more lines than its @@ header counts", path)
+    if message.startswith("Hunk diff line expected"):
+        return PatchError(
+            f"hunk #{number}: {at} {_chomp(lines[read - 1])[:40]!r} is not a hunk line"
+            " (the @@ counts do not match the lines?)",
+            path,
+        )
+    if message.startswith("Unexpected hunk found"):
+        if not files:
+            return PatchError(f"{at}: a hunk without a file header")
+        if files[-1]:  # the line after the file's last hunk, which unidiff passed over as text
+            after = lines[_end(files[-1][-1])]
+            if after[:1] in _HUNK_LINES and _chomp(after) != "-- ":
+                return PatchError(f"hunk #{len(files[-1])}: more lines than its @@ header counts", path)
+        return PatchError(f"{at}: a hunk after text that is not part of a hunk", path)
+    return PatchError(f"{at}: {message.splitlines()[0] if message else 'unreadable'}", path)
+
+
+def _git_header(lines: list[str], raw: PatchedFile) -> _Header:
+    start = raw.diff_line_no - 1
+    info = list(raw.patch_info or ())
+    # git's own header lines, in place: unidiff also keeps here text it could not place, and reads
+    # ---/+++ between them without keeping those.
+    run = 1
+    while run < len(info) and info[run].startswith(_EXTENDED) and lines[start + run] == info[run]:
+        run += 1
     found: dict[str, str] = {}
+    for line in info[1:run]:
+        found.setdefault(next(p for p in _EXTENDED if line.startswith(p)), line)
+    at = start + run
+    pair = at + 1 < len(lines) and lines[at].startswith("--- ") and lines[at + 1].startswith("+++ ")
     minus = plus = None
-    j = start + 1
-    while j < len(lines):
-        line = lines[j]
-        if line.startswith("--- ") and j + 1 < len(lines) and lines[j + 1].startswith("+++ "):
-            minus, plus = _name(line[4:]), _name(lines[j + 1][4:])
-            j += 2
-            break
-        prefix = next((p for p in _EXTENDED if line.startswith(p)), None)
-        if prefix is None:
-            break
-        found.setdefault(prefix, line)
-        j += 1
+    if pair:
+        minus = _name(RE_SOURCE_FILENAME.match(lines[at])["filename"])  # type: ignore[index]
+        plus = _name(RE_TARGET_FILENAME.match(lines[at + 1])["filename"])  # type: ignore[index]
+    names = RE_DIFF_GIT_HEADER.match(info[0]) or RE_DIFF_GIT_HEADER_URI_LIKE.match(info[0])
+    names = names or RE_DIFF_GIT_HEADER_NO_PREFIX.match(info[0])
+    old_name, new_name = _name(names["source"]), _name(names["target"])  # type: ignore[index]
     named = [_strip(n) for n in (plus, minus) if n not in (None, _DEV_NULL)]
-    where = named[0] if named else guess
-    if "GIT binary patch" in found or "Binary files " in found:
+    where = named[0] if named else _strip(new_name)
+    if raw.is_binary_file or "GIT binary patch" in found or "Binary files " in found:
         raise UnsupportedPatch("binary patch: fixpack applies text diffs only", where)
     for prefix, what in (("rename from ", "rename"), ("rename old ", "rename"), ("copy from ", "copy")):
         if prefix in found:
             raise UnsupportedPatch(f"{what} ({_chomp(found[prefix])!r}): fixpack does not {what} files", where)
     if "old mode " in found or "new mode " in found:
         raise UnsupportedPatch("mode change: fixpack does not change file modes", where)
-    new_mode = _mode(found["new file mode "], "new file mode ") if "new file mode " in found else None
-    gone_mode = _mode(found["deleted file mode "], "deleted file mode ") if "deleted file mode " in found else None
+    new_mode = _chomp(found["new file mode "])[14:].strip() if "new file mode " in found else None
+    gone_mode = _chomp(found["deleted file mode "])[18:].strip() if "deleted file mode " in found else None
     index_mode = _chomp(found["index "]).split(" ")[2:3] if "index " in found else []
     if new_mode is not None and new_mode != _REGULAR:
         raise UnsupportedPatch(f"creates a file with mode {new_mode}: fixpack creates regular files only", where)
     for mode in (gone_mode, *index_mode):
         if mode is not None and mode not in (_REGULAR, _EXECUTABLE):
             raise UnsupportedPatch(f"mode {mode} (a symlink or submodule): fixpack changes regular files only", where)
+    body = at + 2 if pair else at
+    rest = info[run:]
+    if rest and (len(raw) or lines[body : body + len(rest)] != rest):
+        # text after a header is allowed (a headers-only file, then a mail), not before hunks
+        raise PatchError(f"{_chomp(rest[0])[:40]!r} inside a git header is not a git header line", where)
     creates = new_mode is not None or minus == _DEV_NULL
     deletes = gone_mode is not None or plus == _DEV_NULL
-    if minus is None:
-        if names is None:
-            raise PatchError(f"cannot tell the file's name from {_chomp(lines[start])!r}")
-        old, new = _strip(names[0]), _strip(names[1])
+    if minus is None or plus is None:
+        old, new = _strip(old_name), _strip(new_name)
     else:
-        old, new = _strip(minus), _strip(plus)  # type: ignore[arg-type]
-        if names is not None:
-            for side, named in ((minus, names[0]), (plus, names[1])):
-                if side != _DEV_NULL and _strip(side) != _strip(named):  # type: ignore[arg-type]
-                    raise PatchError(f"inconsistent names: {side!r} under {_chomp(lines[start])!r}", where)
+        old, new = _strip(minus), _strip(plus)
+        for side, name in ((minus, old_name), (plus, new_name)):
+            if side != _DEV_NULL and _strip(side) != _strip(name):
+                raise PatchError(f"inconsistent names: {side!r} under {_chomp(info[0])!r}", where)
         if (new_mode is not None and minus != _DEV_NULL) or (gone_mode is not None and plus != _DEV_NULL):
             raise PatchError("new/deleted file mode but ---/+++ do not say /dev/null", where)
-    return _finish(old, new, creates, deletes, start, j, minus is not None)
+    return _finish(old, new, creates, deletes, start, body, pair, raw)
 
 
-def _finish(old: str, new: str, creates: bool, deletes: bool, start: int, body: int, hunks: bool) -> _Header:
+def _plain_header(lines: list[str], raw: PatchedFile) -> _Header:
+    plus_at = raw.diff_line_no - 1
+    if plus_at < 1 or not lines[plus_at - 1].startswith("--- "):
+        raise PatchError(f"patch line {plus_at + 1}: a +++ line without a --- line before it", _label(raw))
+    minus, plus = _name(raw.source_file), _name(raw.target_file)
+    return _finish(
+        _strip(minus), _strip(plus), minus == _DEV_NULL, plus == _DEV_NULL, plus_at - 1, plus_at + 1, True, raw
+    )
+
+
+def _finish(
+    old: str, new: str, creates: bool, deletes: bool, start: int, body: int, hunks: bool, raw: PatchedFile
+) -> _Header:
     old_path = None if creates else old
     new_path = None if deletes else new
     path = new_path or old_path
@@ -184,36 +259,20 @@ def _finish(old: str, new: str, creates: bool, deletes: bool, start: int, body: 
         )
     if old_path is not None and new_path is not None and old_path != new_path:
         raise UnsupportedPatch(f"old and new paths differ ({old_path!r}): fixpack does not rename files", new_path)
-    return _Header(path, old_path, new_path, creates, deletes, start, body, hunks)
+    return _Header(path, old_path, new_path, creates, deletes, start, body, hunks, raw)
 
 
-def _cut(text: str) -> tuple[list[str], list[_Header]]:
-    """The patch's lines and its file headers. A header can never be inside a valid hunk: hunk lines
-    start with a space, ``+``, ``-`` or ``\\``, and a ``---``/``+++`` pair inside one is never
-    followed by ``@@ -``."""
+def _headers(text: str) -> tuple[list[str], list[_Header]]:
+    """The patch's lines and one header per file, every header refusal before any hunk is built."""
     lines = split_lines(text)
     headers: list[_Header] = []
-    i, n = 0, len(lines)
-    while i < n:
-        line = lines[i]
-        if line[:1] not in _HEADS:  # most lines: hunk context and additions
-            i += 1
-            continue
-        if line.startswith("diff --git "):
-            header = _git_header(lines, i)
-        elif line.startswith("--- ") and i + 2 < n and lines[i + 1].startswith("+++ ") and lines[i + 2][:4] == "@@ -":
-            minus, plus = _name(line[4:]), _name(lines[i + 1][4:])
-            header = _finish(_strip(minus), _strip(plus), minus == _DEV_NULL, plus == _DEV_NULL, i, i + 2, True)
-        elif not headers and line.startswith("@@ -"):
-            raise PatchError(f"line {i + 1}: a hunk without a file header")
-        elif line.startswith("Binary files ") and _chomp(line).endswith(" differ"):
-            match = re.match(r"Binary files (.*) and (.*) differ", _chomp(line))
-            raise UnsupportedPatch("binary patch: fixpack applies text diffs only", _strip(match[2]) if match else None)
+    for raw in _read(lines):
+        if lines[raw.diff_line_no - 1].startswith("diff --git "):
+            headers.append(_git_header(lines, raw))
+        elif raw.is_binary_file:
+            raise UnsupportedPatch("binary patch: fixpack applies text diffs only", _label(raw))
         else:
-            i += 1
-            continue
-        headers.append(header)
-        i = header.body
+            headers.append(_plain_header(lines, raw))
     if not headers:
         raise PatchError("no file diff in the patch (not a unified diff?)")
     seen: set[str] = set()
@@ -230,81 +289,50 @@ def _slices(lines: list[str], headers: list[_Header]) -> list[tuple[_Header, int
     return [(h, end, "".join(lines[h.start : end])) for h, end in zip(headers, ends)]
 
 
-def index(text: str) -> list[FileEntry]:
-    """Cut a patch into its files by their headers alone, which is all the already-applied path
-    needs; hunks are parsed only when a change must run. Decides creates/deletes as ``parse``."""
-    lines, headers = _cut(text)
-    return [FileEntry(h.path, t, h.creates, h.deletes) for h, _, t in _slices(lines, headers)]
-
-
-def _hunk(lines: list[str], at: int, end: int, number: int, path: str) -> tuple[Hunk, int]:
-    """The hunk whose header is ``lines[at]``, and the line after it."""
-    match = _HUNK.match(lines[at])
-    if match is None:
-        raise PatchError(f"hunk #{number}: bad header {_chomp(lines[at])!r}", path)
-    old_start, new_start = int(match[1]), int(match[3])
-    old_count = 1 if match[2] is None else int(match[2])
-    new_count = 1 if match[4] is None else int(match[4])
-    old_left, new_left = old_count, new_count
+def _hunk(lines: list[str], raw: RawHunk, at: int, number: int, path: str) -> tuple[Hunk, int]:
+    """The hunk whose @@ line is ``lines[at]``, and the line after its last line."""
     items: list[list[str]] = []
     closed = {"-": False, "+": False}  # a side ended by "\ No newline at end of file"
     j = at + 1
-
-    def marker(j: int) -> None:
-        line = lines[j]
-        if len(line) < 12 or not line.startswith("\\ ") or not items:
-            raise PatchError(f"hunk #{number}: stray {_chomp(line)!r}", path)
-        tag, text = items[-1]
-        if not text.endswith("\n"):
-            raise PatchError(f"hunk #{number}: two 'No newline' markers for one line", path)
-        items[-1][1] = text[:-1]
-        for side in ("-", "+") if tag == " " else (tag,):
-            closed[side] = True
-
-    while old_left > 0 or new_left > 0:
-        if j >= end:
-            where = "the patch ends" if j >= len(lines) else "the next file begins"
-            raise PatchError(
-                f"hunk #{number} is truncated: {where} with {old_left} old and {new_left} new lines still to come"
-                f" (@@ -{old_start},{old_count} +{new_start},{new_count} @@)",
-                path,
-            )
-        line = lines[j]
-        if not line.endswith("\n"):
-            raise PatchError(f"hunk #{number}: the patch ends mid-line (truncated?)", path)
-        tag = line[0]
-        if tag == "\\":
-            marker(j)
+    for line in raw:
+        if line.diff_line_no is None:
+            # read after the counts were met: a blank line (text after the hunk, not part of it)
+            # or a "No newline" marker, which must be the very next line
+            if line.line_type == LINE_TYPE_EMPTY or not lines[j].startswith("\\"):
+                break
+        elif line.diff_line_no != j + 1:
+            raise PatchError(f"hunk #{number}: patch line {j + 1} was not read as part of it", path)
+        if line.line_type == LINE_TYPE_NO_NEWLINE:
+            if len(lines[j]) < 12 or not lines[j].startswith("\\ ") or not items:
+                raise PatchError(f"hunk #{number}: stray {_chomp(lines[j])!r}", path)
+            tag, text = items[-1]
+            if not text.endswith("\n"):
+                raise PatchError(f"hunk #{number}: two 'No newline' markers for one line", path)
+            items[-1][1] = text[:-1]
+            for side in ("-", "+") if tag == " " else (tag,):
+                closed[side] = True
             j += 1
             continue
-        if tag == "\n":  # an empty context line, as some tools write " \n"
-            tag, text = " ", "\n"
-        elif tag in " -+":
-            text = line[1:]
-        else:
+        if not line.value.endswith("\n"):
+            raise PatchError(f"hunk #{number}: the patch ends mid-line (truncated?)", path)
+        if lines[j][:1] not in _HUNK_LINES and lines[j] != "\n":  # unidiff reads "\r\n" as a blank line
             raise PatchError(
-                f"hunk #{number}: patch line {j + 1} {_chomp(line)[:40]!r} is not a hunk line "
+                f"hunk #{number}: patch line {j + 1} {_chomp(lines[j])[:40]!r} is not a hunk line "
                 f"(the @@ counts do not match the lines?)",
                 path,
             )
-        if tag != "+":
-            old_left -= 1
-        if tag != "-":
-            new_left -= 1
-        if old_left < 0 or new_left < 0:
-            raise PatchError(f"hunk #{number}: more lines than its @@ header counts", path)
+        tag = line.line_type
         if (tag != "+" and closed["-"]) or (tag != "-" and closed["+"]):
             raise PatchError(f"hunk #{number}: a line after 'No newline at end of file'", path)
-        items.append([tag, text])
+        items.append([tag, line.value])
         j += 1
-    if j < end and lines[j].startswith("\\ "):
-        marker(j)
-        j += 1
-    hunk = Hunk(old_start, old_count, new_start, new_count, tuple((t, x) for t, x in items))
+    hunk = Hunk(
+        raw.source_start, raw.source_length, raw.target_start, raw.target_length, tuple((t, x) for t, x in items)
+    )
     tags = {t for t, _ in items}
     if not tags & {"-", "+"}:
         raise PatchError(f"hunk #{number} changes nothing", path)
-    whole = (old_count == 0 and old_start == 0) or (old_count > 0 and old_start == 1)
+    whole = (hunk.old_count == 0 and hunk.old_start == 0) or (hunk.old_count > 0 and hunk.old_start == 1)
     if " " not in tags and not whole:
         # git would anchor such a hunk at the end of the file (without --unidiff-zero): refuse instead.
         raise PatchError(f"hunk #{number} has no context lines (a --unified=0 diff?); fixpack needs context", path)
@@ -315,22 +343,28 @@ def _file(lines: list[str], header: _Header, end: int, text: str) -> FileDiff:
     path = header.path
     hunks: list[Hunk] = []
     j = header.body
-    while j < end and lines[j].startswith("@@ -"):
-        hunk, j = _hunk(lines, j, end, len(hunks) + 1, path)
+    if header.raw and not header.has_hunks:
+        raise PatchError("hunks without ---/+++ lines", path)
+    for number, raw in enumerate(header.raw, 1):
+        if not raw or raw[0].diff_line_no is None:  # "@@ -1,0 +1,0 @@" as the patch's last line
+            raise PatchError(f"hunk #{number} changes nothing", path)
+        at = raw[0].diff_line_no - 2
+        if at != j:
+            raise PatchError(f"patch line {j + 1}: a hunk after text that is not part of a hunk", path)
+        hunk, j = _hunk(lines, raw, at, number, path)
         hunks.append(hunk)
+    # What unidiff did not read as this file's, up to the next file: a signature, the next mail.
+    for k in range(j, end):
+        if lines[k].startswith("@@"):  # a hunk header unidiff could not read is text to it
+            if k == j:
+                raise PatchError(f"hunk #{len(hunks) + 1}: bad header {_chomp(lines[k])!r}", path)
+            raise PatchError(f"patch line {k + 1}: a hunk after text that is not part of a hunk", path)
+    if hunks and j < end and lines[j][:1] in _HUNK_LINES and _chomp(lines[j]) != "-- ":
+        raise PatchError(f"hunk #{len(hunks)}: more lines than its @@ header counts", path)
     if header.has_hunks and not hunks and not (header.creates or header.deletes):
         raise PatchError("---/+++ lines but no hunk", path)
     if not header.has_hunks and not (header.creates or header.deletes):
         raise PatchError("no change (a git header without hunks)", path)
-    if j < end:
-        after = lines[j]
-        if hunks and after[:1] in (" ", "+", "-", "\\") and _chomp(after) != "-- ":
-            raise PatchError(f"hunk #{len(hunks)}: more lines than its @@ header counts", path)
-        if not hunks and after.startswith("@@ -"):
-            raise PatchError("hunks without ---/+++ lines", path)
-        for k in range(j, end):
-            if lines[k].startswith("@@ -"):
-                raise PatchError(f"patch line {k + 1}: a hunk after text that is not part of a hunk", path)
     if header.creates and any(h.old_count for h in hunks):
         raise PatchError("creates the file but a hunk has old lines", path)
     if header.deletes and any(h.new_count for h in hunks):
@@ -340,8 +374,13 @@ def _file(lines: list[str], header: _Header, end: int, text: str) -> FileDiff:
 
 def parse(text: str) -> list[FileDiff]:
     """Parse a patch (plain, git or mbox) into one FileDiff per file. Raises PatchError."""
-    lines, headers = _cut(text)
+    lines, headers = _headers(text)
     return [_file(lines, h, end, t) for h, end, t in _slices(lines, headers)]
+
+
+def index(text: str) -> list[FileEntry]:
+    """Each file's part of a patch with its path and whether it is created or deleted."""
+    return [FileEntry(fd.path, fd.text, fd.creates, fd.deletes) for fd in parse(text)]
 
 
 split_files = parse
