@@ -120,7 +120,20 @@ def _label(raw: PatchedFile) -> str | None:
     return next((_strip(n) for n in names if n != _DEV_NULL), None)
 
 
-def _read(lines: list[str]) -> PatchSet:
+class _Reading(PatchSet):
+    """A PatchSet that keeps, outside itself, each file as unidiff appends it: its constructor
+    drops the files read before an error, and the error is reported on the file being read."""
+
+    def __init__(self, lines: Iterator[str], seen: list[PatchedFile]) -> None:
+        self.seen = seen
+        super().__init__(lines)
+
+    def append(self, file: PatchedFile) -> None:
+        self.seen.append(file)
+        super().append(file)
+
+
+def _read(lines: list[str]) -> list[PatchedFile]:
     read = 0
 
     def counted() -> Iterator[str]:  # the lines, counting how far unidiff got
@@ -129,14 +142,12 @@ def _read(lines: list[str]) -> PatchSet:
             read += 1
             yield line
 
-    files = PatchSet(())
+    seen: list[PatchedFile] = []
     try:
-        # PatchSet's constructor drops the files read before an error; parsing into a set of our own
-        # keeps them, to name the file the error is in.
-        files._parse(counted(), encoding=None, metadata_only=False)
+        _Reading(counted(), seen)
     except UnidiffParseError as exc:
-        raise _refusal(str(exc), files, lines, read) from None
-    return files
+        raise _refusal(str(exc), seen, lines, read) from None
+    return seen
 
 
 def _end(raw: RawHunk) -> int:
@@ -152,7 +163,7 @@ def _end(raw: RawHunk) -> int:
     return end
 
 
-def _refusal(message: str, files: PatchSet, lines: list[str], read: int) -> PatchError:
+def _refusal(message: str, files: list[PatchedFile], lines: list[str], read: int) -> PatchError:
     """unidiff's parse error as fixpack's, with the path when known."""
     path = _label(files[-1]) if files else None
     number = len(files[-1]) + 1 if files else 1  # the hunk being read is not in the file yet
