@@ -39,7 +39,7 @@ ALLOWED = {
     "fixpack": set(),
 }
 # the warm path runs before anything else is imported: the standard library and these only
-WARM_PATH = {"fixpack.site.warm", "fixpack.site.finder", "fixpack.site.layout", "fixpack.core.fingerprint"}
+WARM_PATH = {"fixpack.site.warm", "fixpack.site.layout", "fixpack.core.fingerprint"}
 
 
 def _module_name(path: Path) -> str:

@@ -1,17 +1,24 @@
-"""The click options the commands share (``--site``, ``--json``, ``--source``) and the parsing of
-``--source DIST=DIR``."""
+"""What the commands share: the click options (``--site``, ``--json``, ``--source``), the parsing
+of ``--source DIST=DIR``, the catalog, and how a command ends (``guard``)."""
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
-from ..errors import UsageError
-from .guarded import catalog, guard
+from ..cookbook.catalog import Catalog
+from ..errors import FixpackError, UsageError
+from . import render
 
-__all__ = ["SITE", "JSON", "SOURCE", "SOURCE_ENV", "guard", "catalog", "sources"]
+__all__ = ["SITE", "JSON", "SOURCE", "SOURCE_ENV", "ErrorShape", "guard", "catalog", "sources"]
+
+ErrorShape = Callable[[FixpackError, dict[str, Any]], dict[str, Any]]
 
 SITE = click.option(
     "--site",
@@ -48,3 +55,28 @@ def sources(values: tuple[str, ...]) -> dict[str, Path]:
             raise UsageError(f"{named_by} {value!r}: {folder} is not a directory", path=folder)
         out[dist] = path
     return out
+
+
+def guard(error_json: ErrorShape) -> Callable[[Callable[..., int | None]], Callable[..., None]]:
+    """Run a command; a fixpack error becomes one line on stderr (and, with --json, the command's
+    own JSON error shape on stdout) and the contract's exit code."""
+
+    def decorate(fn: Callable[..., int | None]) -> Callable[..., None]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> None:
+            try:
+                code = fn(*args, **kwargs) or 0
+            except FixpackError as exc:
+                if kwargs.get("as_json"):
+                    render.dump(error_json(exc, kwargs))
+                render.error(exc)
+                code = exc.exit_code
+            sys.exit(code)
+
+        return wrapper
+
+    return decorate
+
+
+def catalog() -> Catalog:
+    return Catalog.load()

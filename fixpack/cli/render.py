@@ -88,15 +88,16 @@ def notes(lines: list[str], err: TextIO | None = None) -> None:
         print(f"fixpack: {line}", file=err or sys.stderr)
 
 
-def result(res: Result, as_json: bool) -> None:
+def result(res: Result, as_json: bool, out: TextIO | None = None, err: TextIO | None = None) -> None:
     """An apply or revert result: JSON on stdout and messages on stderr, or lines for people."""
+    out, err = out or sys.stdout, err or sys.stderr
     if as_json:
-        dump(result_json(res))
-        notes(res.notes)
+        print(json.dumps(result_json(res), indent=2), file=out)
+        notes(res.notes, err)
         if res.error is not None:
-            error(res.error)
+            error(res.error, err)
     else:
-        human(res)
+        human(res, out, err)
 
 
 def error(exc: FixpackError, err: TextIO | None = None) -> None:
@@ -159,12 +160,12 @@ def dump(data: Any) -> None:
     print(json.dumps(data, indent=2), file=sys.stdout)
 
 
-def printed(res: Result) -> tuple[str, str]:
-    """What ``human`` prints for a result: (stdout, stderr), for the warm path to print again."""
+def printed(res: Result, as_json: bool) -> tuple[str, str]:
+    """What ``result`` prints for a result: (stdout, stderr), for the warm path to print again."""
     import io
 
     out, err = io.StringIO(), io.StringIO()
-    human(res, out, err)
+    result(res, as_json, out, err)
     return out.getvalue(), err.getvalue()
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ..errors import FixpackError
+from ..errors import EnvironmentProblem, FixpackError, UsageError
 from . import render
 from .options import JSON, SITE, catalog, guard
-from .quick import apply_command, result_error
 
 OVERLAY = click.option(
     "--overlay",
@@ -22,9 +22,11 @@ OVERLAY = click.option(
 
 
 class ExecCommand(click.Command):
-    """A command whose ``--exec CMD [ARGS...]`` takes the rest of the line, unparsed."""
+    """A command whose ``--exec CMD [ARGS...]`` takes the rest of the line, unparsed; its raw
+    arguments are kept for the warm stamp's key."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["fixpack.argv"] = tuple(args)
         if "--exec" in args:
             at = args.index("--exec")
             ctx.meta["fixpack.exec"] = args[at + 1 :]
@@ -32,6 +34,10 @@ class ExecCommand(click.Command):
             if not ctx.meta["fixpack.exec"]:
                 raise click.UsageError("--exec needs a command: --exec CMD [ARGS...]", ctx=ctx)
         return super().parse_args(ctx, args)
+
+
+def result_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": False, "profile": kwargs.get("profile"), "fixes": [], "error": exc.message, "notes": []}
 
 
 def _status_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -83,8 +89,24 @@ def apply(
 
     Run again on a patched environment, it changes nothing and exits 0.
     """
-    command = click.get_current_context().meta.get("fixpack.exec")
-    return apply_command(profile, fixes, dry_run, as_json, allow_unpinned, site, overlay, command)
+    from ..commands.apply import apply as run_apply
+    from ..commands.stamping import Invocation
+
+    meta = click.get_current_context().meta
+    command = meta.get("fixpack.exec")
+    if command and dry_run:
+        raise UsageError("--exec runs a command once the fixes are applied; not with --dry-run")
+    asked = Invocation(meta["fixpack.argv"], functools.partial(render.printed, as_json=as_json), tuple(command or ()))
+    result = run_apply(catalog(), profile, fixes, site, dry_run, allow_unpinned, invocation=asked, overlay=overlay)
+    render.result(result, as_json)
+    if command and result.exit_code == 0:
+        from ..commands.overlay import exec_command
+
+        try:
+            exec_command(command, str(overlay) if overlay is not None else None)
+        except OSError as exc:
+            raise EnvironmentProblem(f"--exec {command[0]}: {exc.strerror}") from None
+    return result.exit_code
 
 
 @click.command()

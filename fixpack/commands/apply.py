@@ -10,7 +10,6 @@ installed in that transaction too; ``overlay``: the same plan goes to a folder i
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from ..cookbook.catalog import Catalog
@@ -19,11 +18,12 @@ from ..core.names import suggest
 from ..core.plan import resolve
 from ..errors import Refused, UsageError
 from ..models import Action, Change, FileRecord, Plan, Profile
-from ..site import plugin, warm
+from ..site import plugin
 from ..site.destination import InPlace
 from ..site.distributions import Distribution
 from ..site.manifest import Manifest
 from .results import FixResult, Result
+from .stamping import Invocation, warm_stamp
 from .steps import (
     InstalledFile,
     already_applied,
@@ -41,8 +41,6 @@ from .steps import (
 
 __all__ = ["apply"]
 
-Renderer = Callable[[Result], tuple[str, str]]  # a result -> (stdout, stderr) as the CLI prints it
-
 
 def apply(
     catalog: Catalog,
@@ -51,10 +49,10 @@ def apply(
     site: Path | None = None,
     dry_run: bool = False,
     allow_unpinned: bool = False,
-    render: Renderer | None = None,
+    invocation: Invocation | None = None,
     overlay: Path | None = None,
 ) -> Result:
-    """``render``: how the CLI prints a result; given, a writing apply records the warm stamp.
+    """``invocation``: the command line asked for this; given, a writing apply records the warm stamp.
     ``overlay``: build the patched modules into this folder instead of writing in place."""
     profile = catalog.profile(profile_name)
     result = Result("apply", profile.name, dry_run=dry_run)
@@ -64,7 +62,7 @@ def apply(
     if overlay is not None:
         from .overlay import apply_overlay  # the in-place apply of a container start does without it
 
-        return apply_overlay(catalog, profile, asked, site, overlay, dry_run, allow_unpinned, render)
+        return apply_overlay(catalog, profile, asked, site, overlay, dry_run, allow_unpinned, invocation)
     env, dists = installed(profile, site)
     commit_notes = check_commits(profile, dists, allow_unpinned)
     result.notes += commit_notes
@@ -95,16 +93,22 @@ def apply(
             new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records)
             runtime = plugin.in_place(site_dir, new_manifest, list(dists.values()))
 
-            def stamp() -> dict:  # how the all-applied state this apply leaves is recognised next time
+            def stamp() -> dict | None:  # how the all-applied state this apply leaves is recognised next time
                 done = Result("apply", profile.name, already_applied(plan), [*commit_notes, *pulled_in_notes(plan)])
-                key = warm.request_key(catalog.root, profile.name, list(asked), site, allow_unpinned)
                 targets = _targets(rebuilt.records, dists)
-                targets.update({str(p): sha256(c) for p, c in runtime.items() if c is not None})
-                return warm.make_stamp(key, list(dists.values()), destination.state_dir, targets, render(done))
+                targets.update({str(p): sha256(c) for p, c in runtime.items()})  # None: must stay absent
+                return warm_stamp(invocation, catalog, done, list(dists.values()), targets, state_dir, site)
 
             state_dir, installed_dists = destination.state_dir, list(dists.values())
             writes = write_set(
-                files, rebuilt, new_manifest, manifest, state_dir, installed_dists, stamp if render else None, runtime
+                files,
+                rebuilt,
+                new_manifest,
+                manifest,
+                state_dir,
+                installed_dists,
+                stamp if invocation is not None else None,
+                runtime,
             )
             if dry_run:
                 destination.check(writes)

@@ -4,7 +4,6 @@ ones built from them, and DIR built whole and swapped in (``fixpack.site.overlay
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -15,13 +14,14 @@ from ..core.plan import resolve, with_dependents
 from ..core.recognise import Base
 from ..errors import Refused, UsageError
 from ..models import Action, FileState, Plan, Profile
-from ..site import plugin, warm
+from ..site import plugin
 from ..site.distributions import Environment
 from ..site.layout import MANIFEST, STATE_DIR_NAME
 from ..site.manifest import Manifest
 from ..site.overlay import MODULES, Overlay, activation, exec_command
 from ..site.state import read_manifest
 from .results import FixResult, Result, StatusResult
+from .stamping import Invocation, warm_stamp
 from .steps import (
     InstalledFile,
     Rebuilt,
@@ -146,7 +146,7 @@ def apply_overlay(
     root: Path,
     dry_run: bool,
     allow_unpinned: bool,
-    render: Callable[[Result], tuple[str, str]] | None,
+    invocation: Invocation | None,
 ) -> Result:
     result = Result("apply", profile.name, dry_run=dry_run)
     env, dists = installed(profile, site)
@@ -188,12 +188,13 @@ def apply_overlay(
                 FixResult(fix.id, action, None, rebuilt.counts.get(fix.id, []), plan.pulled_in.get(fix.id))
             )
         result.notes.append(hint)
-        if render is not None:
+        if invocation is not None and not dry_run:
             done_result = Result(
                 "apply", profile.name, already_applied(plan), [*commit_notes, *pulled_in_notes(plan), hint]
             )
-            key = warm.request_key(catalog.root, profile.name, list(asked), site, allow_unpinned, overlay.root)
-            stamp = warm.make_stamp(key, list(dists.values()), overlay.state_dir, targets, render(done_result))
+            stamp = warm_stamp(
+                invocation, catalog, done_result, list(dists.values()), targets, overlay.state_dir, site, overlay.root
+            )
             new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records, warm=stamp)
         content[f"{STATE_DIR_NAME}/{MANIFEST}"] = new_manifest.to_bytes()
         if dry_run:

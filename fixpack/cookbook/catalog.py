@@ -69,6 +69,26 @@ class Catalog:
                     if profile.pin_for_path(change.path) is None:
                         raise invalid(where, f"fix {fid!r} edits {change.path}, which no pin's package holds")
 
+    def sources(self) -> tuple[list[Path], list[Path]]:
+        """What ``load`` read: the files (every file of each fix folder and of profiles/; for
+        another folder in fixes/, the fix.toml it does not have) and the folders whose listing
+        decides which files it reads (fixes/, profiles/, each fix folder)."""
+        files, folders = [], []
+        for top in (self.root / "fixes", self.root / "profiles"):
+            if top.is_dir():
+                folders.append(top)
+        fix_dirs = {Path(fix.source) for fix in self.fixes.values()}
+        if (self.root / "fixes").is_dir():
+            for d in sorted((self.root / "fixes").iterdir()):
+                if d in fix_dirs:
+                    folders.append(d)
+                    files += sorted(f for f in d.iterdir() if f.is_file())
+                elif d.is_dir():
+                    files.append(d / "fix.toml")
+        if (self.root / "profiles").is_dir():
+            files += sorted(p for p in (self.root / "profiles").iterdir() if p.is_file())
+        return files, folders
+
     def fix(self, fix_id: str) -> Fix:
         if fix_id not in self.fixes:
             raise UsageError(f"unknown fix {fix_id!r}{suggest(fix_id, list(self.fixes))}")

@@ -6,3 +6,9 @@ MANIFEST = "manifest.json"
 JOURNAL = "journal"  # the folder of a transaction under way
 JOURNAL_INDEX = "journal.json"  # in it: which files, their hashes, their backups
 PRISTINE_DIR = "pristine"  # a copy of each patched file as the release had it, by repository path
+
+
+def aside_prefix(folder_name: str) -> str:
+    """The name prefix of the folders an overlay ``folder_name`` is built in and swapped through,
+    beside it: one left behind means an interrupted build."""
+    return f".{folder_name}.fixpack-"

@@ -34,7 +34,7 @@ from pathlib import Path
 from ..errors import EnvironmentProblem
 from . import confine, lock
 from .files import CrashCounter, fsync_dir, write_synced
-from .layout import MANIFEST, STATE_DIR_NAME
+from .layout import MANIFEST, STATE_DIR_NAME, aside_prefix
 from .warm import exec_command
 
 __all__ = ["Overlay", "MODULES", "activation", "exec_command"]
@@ -55,7 +55,7 @@ class Overlay:
         self.state_dir = self.root / STATE_DIR_NAME
 
     def _aside(self, kind: str) -> list[Path]:
-        prefix = f".{self.root.name}.fixpack-{kind}-"
+        prefix = f"{aside_prefix(self.root.name)}{kind}-"
         try:
             names = os.listdir(self.root.parent)
         except OSError:

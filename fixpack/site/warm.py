@@ -1,13 +1,36 @@
 """The already-applied path of ``fixes/apply_all.py``, for every container start after the first.
 
-When ``apply`` writes a plan that leaves everything applied, it also records in the manifest a
-*warm stamp*: a key over everything the decision "all applied, nothing to do" depends on (the
-request, the cookbook's and the engine's files, the distributions' metadata and ``_version.py``),
-the absolute paths and after-hashes of the target files, and the exact output of an already-applied
-run. A later ``apply_all.py`` with the same request reads that stamp, recomputes the key, hashes the
-targets, and, if all holds, prints the recorded output and exits 0: no click, no catalog, no
-importlib.metadata, nothing written. Anything else (another request, a changed file, a journal, a
-busy lock, a terminal, flags other than --profile/--site) falls back to the full ``apply``.
+When an apply writes a state that leaves every fix applied, it records in the manifest a *warm
+stamp* (``make_stamp``) holding:
+
+- ``key``: the sha256 of the request exactly as given: the raw arguments (``apply_all.py ARGS``
+  and ``fixpack apply ARGS`` pass the same ARGS, so either one's stamp serves the other), the
+  working directory (for relative paths) and the variables that change the request,
+  ``FIXPACK_SITE`` and ``FIXPACK_COOKBOOK``. Another order, spelling or flag is another key: the
+  full apply answers it (and ``--dry-run`` never writes a stamp).
+- where the state is: the state directory, the folder the apply locks, and what an interrupted
+  transaction leaves there (the journal; for an overlay, the ``.NAME.fixpack-*`` folders beside it).
+- what "already applied" was decided from: each file by absolute path and sha256 (None: absent):
+  the targets and the runtime check's files, each distribution's ``METADATA``, ``PKG-INFO``,
+  ``direct_url.json`` and ``_version.py``, every file of the cookbook's fix folders and profiles,
+  ``fixes/apply_all.py`` and the engine's ``.py`` files; the listing of ``fixes/``, ``profiles/``
+  and each fix folder (a new fix, profile or lock file is noticed; a new engine module is not,
+  until an engine file that imports it changes); the engine folder; and the path searched for
+  distributions (the site, or ``sys.path``) with the ``*.dist-info``/``*.egg-info`` names of each
+  entry holding any, so that a distribution appearing earlier on the path, or any other
+  distribution installed or removed there, is noticed. Path entries holding none do not count
+  (the apply's own script folder differs between ``apply_all.py`` and ``fixpack``).
+- the answer: the exact stdout and stderr of an already-applied run, and the ``--exec`` command
+  (with the overlay to put on ``PYTHONPATH``) as the full apply parsed it.
+
+``try_warm`` parses no argument. The stamp is looked for in the state directory of each raw
+argument (and of the value of ``--opt=value``), of ``FIXPACK_SITE`` and of each ``sys.path``
+entry: whichever of them is a site or an overlay holds it; a stamp whose key or state directory
+is not this request's is ignored. Then, holding the lock (without waiting), every recorded file,
+listing and path entry is checked; if all hold, the recorded output is printed and the recorded
+command run: no click, no catalog, no importlib.metadata, nothing written. Anything else (no
+stamp, any difference, a journal or an overlay build left behind, a busy lock, a terminal,
+``FIXPACK_NO_FAST_PATH``) falls back to the full apply, which answers and recovers.
 
 Standard library only, imported before anything else: this module is the start-up cost.
 """
@@ -18,13 +41,16 @@ import hashlib
 import json
 import os
 import sys
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from ..core.fingerprint import sha256
-from . import finder
-from .layout import JOURNAL, MANIFEST, STATE_DIR_NAME
+from .layout import JOURNAL, MANIFEST, STATE_DIR_NAME, aside_prefix
 
-FORMAT = 1
+__all__ = ["make_stamp", "try_warm", "exec_command", "pythonpath", "ENGINE"]
+
+FORMAT = 2
+ENGINE = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # holds fixpack/
+_DISTS = (".dist-info", ".egg-info")
 
 
 def _read(path: str) -> bytes | None:
@@ -35,105 +61,113 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def _tree(h: Any, root: str) -> None:
-    """Every file under ``root`` (no bytecode, no dot files), by relative path and content."""
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
-        for name in sorted(files):
-            if name.startswith(".") or name.endswith((".pyc", ".pyo")):
-                continue
-            path = os.path.join(folder, name)
-            h.update(os.path.relpath(path, root).encode() + b"\0")
-            h.update(_read(path) or b"")
-            h.update(b"\0")
+def request_key(argv: Sequence[str]) -> str:
+    """The key of one request: its raw arguments, where they were given, and the variables it reads."""
+    env = os.environ
+    request = [FORMAT, list(argv), os.getcwd(), env.get("FIXPACK_SITE"), env.get("FIXPACK_COOKBOOK")]
+    return hashlib.sha256(json.dumps(request).encode()).hexdigest()
 
 
-PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fixpack/, whose code decides
+def listing(folder: str) -> list[str] | None:
+    """The sorted names in ``folder`` but bytecode caches; None when there is no such folder."""
+    try:
+        return sorted(n for n in os.listdir(folder) if n != "__pycache__")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
-def request_key(
-    cookbook: str | os.PathLike[str],
-    profile: str,
-    asked: list[str],
-    site: object,
-    allow_unpinned: bool,
-    overlay: object = None,
-) -> str:
-    """The key of one request against this engine and one cookbook (``overlay``: its folder)."""
-    site_s = os.path.abspath(site) if site is not None else None  # type: ignore[arg-type]
-    request: list = [FORMAT, profile, sorted(set(asked)), site_s, allow_unpinned]
-    if overlay is not None:
-        request.append(os.path.abspath(overlay))  # type: ignore[arg-type]
-    h = hashlib.sha256(json.dumps(request).encode())
-    cookbook = os.path.abspath(cookbook)
-    for root in (PACKAGE, os.path.join(cookbook, "fixes"), os.path.join(cookbook, "profiles")):
-        h.update(root.encode() + b"\0")
-        _tree(h, root)
-    return h.hexdigest()
+def _dist_names(entry: str) -> list[str] | None:
+    """The dist-info/egg-info names of one path entry; [] for an absent one, None for one that
+    cannot be listed (a zip, which importlib.metadata searches, or a folder this user cannot read)."""
+    try:
+        return sorted(n for n in os.listdir(entry) if n.lower().endswith(_DISTS))
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+
+
+def _search(site: str | None, adding: dict[str, set[str]] | None = None) -> list[list]:
+    """[entry, dist-info names] for the site, or for each ``sys.path`` entry that holds
+    distributions, in path order (``adding``: folder -> the names an apply is about to make)."""
+    out = []
+    for entry in [site] if site is not None else sys.path:
+        entry = os.path.abspath(entry or ".")
+        names = _dist_names(entry)
+        if names is not None and adding and entry in adding:
+            names = sorted(set(names) | adding[entry])
+        if names != [] or site is not None:
+            out.append([entry, names])
+    return out
+
+
+def _engine_files() -> list[str]:
+    """The engine's code: every ``.py`` file of the fixpack package, and ``fixes/apply_all.py``."""
+    out = [os.path.join(ENGINE, "fixes", "apply_all.py")]
+    for folder, dirs, files in os.walk(os.path.join(ENGINE, "fixpack")):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        out += [os.path.join(folder, n) for n in sorted(files) if n.endswith(".py")]
+    return out
 
 
 def make_stamp(
-    key: str, dists: list[Any], state_dir: object, targets: dict[str, str | None], printed: tuple[str, str]
-) -> dict:
-    """The stamp ``apply`` records in the manifest for the all-applied state it leaves: ``dists``
-    (site Distributions) and ``targets`` (file -> hash) must hold for ``printed`` (stdout, stderr)
-    to be the answer again."""
-    dist_files = []
-    for d in dists:
-        files = [d.dist_info / "METADATA", d.dist_info / "direct_url.json", d.files_root / d.package / "_version.py"]
-        dist_files.append(
-            {
-                "name": d.name,
-                "dist_info": os.path.abspath(d.dist_info),
-                "files": {os.path.abspath(f): sha256(_read(str(f))) for f in files},
-            }
-        )
+    argv: Sequence[str],
+    state_dir: str,
+    site: str | None,
+    overlay: str | None,
+    targets: dict[str, str | None],
+    read: Iterable[str],
+    folders: Iterable[str],
+    printed: tuple[str, str],
+    command: Sequence[str] = (),
+) -> dict | None:
+    """The stamp for the all-applied state an apply leaves in ``state_dir`` (of ``site``, or of the
+    interpreter's path when None; ``overlay``: that overlay's): ``targets`` (file -> hash after the
+    apply) and the files in ``read`` and listings of ``folders`` as they are now must hold for
+    ``printed`` (stdout, stderr) to be the answer again, and ``command`` to be run. None when the
+    state cannot be vouched for from files and listings (a path entry or a file that cannot be
+    read, a working directory that is gone): every re-run then takes the full path."""
+    files = {os.path.abspath(t): h for t, h in targets.items()}
+    adding: dict[str, set[str]] = {}  # the dist-info folders the apply leaves a file in (the runtime check's)
+    for path, digest in files.items():
+        folder = os.path.dirname(path)
+        if digest is not None and folder.lower().endswith(_DISTS):
+            adding.setdefault(os.path.dirname(folder), set()).add(os.path.basename(folder))
+    site = os.path.abspath(site) if site is not None else None
+    try:
+        key = request_key(argv)
+        search = _search(site, adding)
+        for path in [*read, *_engine_files()]:
+            files.setdefault(os.path.abspath(path), sha256(_read(path)))
+        listings = {os.path.abspath(f): listing(os.fspath(f)) for f in folders}
+    except OSError:
+        return None
+    if any(names is None for _, names in search):
+        return None
+    state_dir = os.path.abspath(state_dir)
+    if overlay is not None:
+        overlay = os.path.abspath(overlay)
+        lock, journal = os.path.dirname(overlay), None
+        aside = [os.path.dirname(overlay), aside_prefix(os.path.basename(overlay))]
+    else:
+        lock, journal, aside = os.path.dirname(state_dir), os.path.join(state_dir, JOURNAL), None
     return {
         "format": FORMAT,
         "key": key,
-        "state_dir": os.path.abspath(state_dir),  # type: ignore[arg-type]
-        "dists": dist_files,
-        "targets": {os.path.abspath(t): h for t, h in targets.items()},
+        "state_dir": state_dir,
+        "lock": lock,
+        "journal": journal,
+        "aside": aside,
+        "engine": ENGINE,
+        "files": files,
+        "listings": listings,
+        "site": site,
+        "search": search,
         "stdout": printed[0],
         "stderr": printed[1],
+        "exec": list(command),
+        "exec_overlay": overlay,
     }
-
-
-class Request:
-    """What ``apply_all.py ARGS`` asks, when the warm path can answer it."""
-
-    def __init__(self, profile: str, asked: list[str], site: str | None, overlay: str | None, command: list[str]):
-        self.profile, self.asked, self.site, self.overlay, self.command = profile, asked, site, overlay, command
-
-
-def _parse(argv: list[str]) -> Request | None:
-    values: dict[str, str | None] = {"--profile": None, "--site": os.environ.get("FIXPACK_SITE") or None}
-    values["--overlay"] = None
-    asked: list[str] = []
-    args, command = list(argv), []
-    if "--exec" in args:
-        at = args.index("--exec")
-        args, command = args[:at], args[at + 1 :]
-        if not command:
-            return None
-    while args:
-        arg = args.pop(0)
-        key, eq, value = arg.partition("=")
-        if key in values and not eq:
-            if not args:
-                return None
-            values[key] = args.pop(0)
-        elif key in values:
-            values[key] = value
-        elif arg.startswith("-") or not arg:
-            return None  # --json, --dry-run, --allow-unpinned, --help, ...: the full path
-        else:
-            asked.append(arg)
-    profile, site, overlay = values["--profile"], values["--site"], values["--overlay"]
-    if not profile:
-        return None
-    site = os.path.abspath(site) if site else None
-    return Request(profile, asked, site, os.path.abspath(overlay) if overlay else None, command)
 
 
 def pythonpath(overlay: str, current: str | None) -> str:
@@ -152,92 +186,86 @@ def exec_command(command: list[str], overlay: str | None) -> None:
     os.execvpe(command[0], command, env)
 
 
-def _state_dirs(site: str | None) -> list[str]:
-    if site is not None:
-        return [os.path.join(site, STATE_DIR_NAME)]
-    return [os.path.join(entry or ".", STATE_DIR_NAME) for entry in sys.path]
-
-
-def _dists_hold(stamp: dict, site: str | None) -> bool:
-    """The distributions the stamp was made for are still the ones apply would find, unchanged."""
-    entries = [site] if site is not None else list(sys.path)
-    for dist in stamp["dists"]:
-        want = finder.normalize(dist["name"])
-        first = None
-        for entry in entries:
-            found = finder.dist_dirs(entry).get(want)
-            if found:
-                first = found
-                break
-        if first is None or len(first) != 1 or os.path.abspath(first[0]) != dist["dist_info"]:
-            return False
-        if any(sha256(_read(path)) != digest for path, digest in dist["files"].items()):
-            return False
-    return True
-
-
-def try_warm(argv: list[str], engine: str) -> int | None:
-    """Exit code 0 if this request is already applied (output printed; ``--exec CMD``: CMD run in
-    this process's place); None: run the full apply."""
-    if os.environ.get("FIXPACK_NO_FAST_PATH") or sys.stdout.isatty():
-        return None
-    request = _parse(argv)
-    if request is None:
-        return None
-    overlay, site = request.overlay, request.site
-    if overlay is not None:
-        candidates = [os.path.join(overlay, STATE_DIR_NAME)]
-        lock_dir = os.path.dirname(overlay)
-        try:
-            if any(n.startswith(f".{os.path.basename(overlay)}.fixpack-") for n in os.listdir(lock_dir)):
-                return None  # an interrupted overlay build: the full path recovers it
-        except OSError:
-            return None
-    else:
-        candidates, lock_dir = _state_dirs(site), ""
-    for state_dir in candidates:
+def _find(argv: list[str]) -> dict | None:
+    """This request's stamp, from the state directory of whichever candidate folder holds it."""
+    key = request_key(argv)
+    values = [arg.partition("=")[2] if arg.startswith("-") else arg for arg in argv]
+    seen = set()
+    for folder in [*values, os.environ.get("FIXPACK_SITE") or "", *sys.path]:
+        state_dir = os.path.join(os.path.abspath(folder or "."), STATE_DIR_NAME)
+        if state_dir in seen:
+            continue
+        seen.add(state_dir)
         raw = _read(os.path.join(state_dir, MANIFEST))
-        if raw is not None:
-            break
-    else:
-        return None
-    try:
+        if raw is None:
+            continue
         stamp = json.loads(raw).get("warm")
-    except ValueError:
+        if isinstance(stamp, dict) and stamp.get("key") == key and stamp.get("state_dir") == state_dir:
+            return stamp if stamp.get("format") == FORMAT else None
+    return None
+
+
+def _interrupted(stamp: dict) -> bool:
+    """A transaction or an overlay build was left half done: the full apply recovers it."""
+    if stamp["journal"] is not None and os.path.lexists(stamp["journal"]):
+        return True
+    if stamp["aside"] is not None:
+        folder, prefix = stamp["aside"]
+        return any(n.startswith(prefix) for n in os.listdir(folder))
+    return False
+
+
+def _holds(stamp: dict) -> bool:
+    """Every file, listing and path entry the stamp's answer was decided from is as it was."""
+    if stamp["engine"] != ENGINE:
+        return False
+    for path, digest in stamp["files"].items():
+        if sha256(_read(path)) != digest:
+            return False
+    if any(listing(folder) != names for folder, names in stamp["listings"].items()):
+        return False
+    return _search(stamp["site"]) == stamp["search"]
+
+
+def _check(argv: list[str]) -> dict | None:
+    """The stamp, if this request is already applied and nothing it depends on changed."""
+    stamp = _find(argv)
+    if stamp is None or _interrupted(stamp):
         return None
-    if not stamp or stamp.get("format") != FORMAT or stamp.get("state_dir") != os.path.abspath(state_dir):
-        return None
-    if os.path.exists(os.path.join(state_dir, JOURNAL)):
-        return None  # an interrupted transaction: the full path recovers it
     import fcntl
 
-    try:
-        fd = os.open(lock_dir or os.path.dirname(os.path.abspath(state_dir)), os.O_RDONLY)
-    except OSError:
-        return None
+    fd = os.open(stamp["lock"], os.O_RDONLY)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return None  # another fixpack is at work: the full path waits for it
-        if os.path.exists(os.path.join(state_dir, JOURNAL)):
+        if _interrupted(stamp) or not _holds(stamp):
             return None
-        cookbook = os.environ.get("FIXPACK_COOKBOOK") or engine
-        key = request_key(cookbook, request.profile, request.asked, site, False, overlay)
-        if key != stamp.get("key") or not _dists_hold(stamp, site):
-            return None
-        for path, digest in stamp["targets"].items():
-            if sha256(_read(path)) != digest:
-                return None
     finally:
         os.close(fd)
+    return stamp
+
+
+def try_warm(argv: list[str]) -> int | None:
+    """Exit code 0 if this request is already applied (output printed; with a recorded ``--exec``
+    command, that command run in this process's place); None: run the full apply."""
+    if os.environ.get("FIXPACK_NO_FAST_PATH") or sys.stdout.isatty():
+        return None
+    try:
+        stamp = _check(argv)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # unreadable, or a stamp not of this shape: the full path says what is wrong
+    if stamp is None:
+        return None
     sys.stderr.write(stamp["stderr"])
     sys.stdout.write(stamp["stdout"])
     sys.stdout.flush()
-    if request.command:
+    command = stamp["exec"]
+    if command:
         try:
-            exec_command(request.command, overlay)
+            exec_command(command, stamp["exec_overlay"])
         except OSError as exc:
-            sys.stderr.write(f"fixpack: error: --exec {request.command[0]}: {exc.strerror}\n")
+            sys.stderr.write(f"fixpack: error: --exec {command[0]}: {exc.strerror}\n")
             return 3
     return 0
