@@ -66,7 +66,7 @@ def launch_script(recipe: Recipe) -> str:
         "",
     ]
     serve = [f"vllm serve {shlex.quote(recipe.serve_model)}"]
-    serve += [f"  {option}" + ("" if value is None else f" {shlex.quote(value)}") for option, value in recipe.serve_args]
+    serve += [f"  {opt}" + ("" if value is None else f" {shlex.quote(value)}") for opt, value in recipe.serve_args]
     lines.append(" \\\n".join(serve))
     return "\n".join(lines) + "\n"
 
@@ -136,9 +136,8 @@ def _check_one(book: Catalog, c: Checked, parser: Probe, index: int) -> None:
     _rule_names(book, c, parser)
     if plan is not None:
         for finding in rulebook.evaluate(r.rules, r.env_dict(), r.argv[1:], {f.id for f in plan.fixes}):
-            c.problems.append(
-                (r.line("rules", _rule_index(r, finding.rule)), f"its own launch breaks rule {finding.rule} ({finding.verdict}): {finding.message}")
-            )
+            message = f"its own launch breaks rule {finding.rule} ({finding.verdict}): {finding.message}"
+            c.problems.append((r.line("rules", _rule_index(r, finding.rule)), message))
 
 
 def _rule_index(r: Recipe, rule_id: str) -> int:
@@ -149,18 +148,23 @@ def _fix_set(book: Catalog, c: Checked) -> Plan | None:
     """Profile, image, opt-ins and the fixes depended on; the plan when it resolves."""
     r = c.recipe
     if r.profile not in book.profiles:
-        c.problems.append((r.line("fixes", "profile"), f"unknown profile {r.profile!r}{suggest(r.profile, list(book.profiles))}"))
+        message = f"unknown profile {r.profile!r}{suggest(r.profile, list(book.profiles))}"
+        c.problems.append((r.line("fixes", "profile"), message))
         return None
     profile = book.profiles[r.profile]
     if r.release != profile.release:
-        c.problems.append((r.line("image", "release"), f"image release {r.release} is not profile {profile.name}'s ({profile.release})"))
+        message = f"image release {r.release} is not profile {profile.name}'s ({profile.release})"
+        c.problems.append((r.line("image", "release"), message))
     pins = {p.dist: p for p in profile.pins}
     for dist, commit in r.commits.items():
         line = r.line("image", "commits", dist)
         if dist not in pins:
             c.problems.append((line, f"profile {profile.name} pins no {dist!r} (it pins: {', '.join(pins)})"))
         elif not any(a.startswith(commit) or commit.startswith(a) for a in pins[dist].commits):
-            c.problems.append((line, f"{dist} @ {commit} is not among profile {profile.name}'s accepted commits ({', '.join(pins[dist].commits)})"))
+            accepted = ", ".join(pins[dist].commits)
+            c.problems.append(
+                (line, f"{dist} @ {commit} is not among profile {profile.name}'s accepted commits ({accepted})")
+            )
     broken = False
     for i, fid in enumerate(r.opt_ins):
         line = r.line("fixes", "opt_ins", i)
@@ -169,7 +173,7 @@ def _fix_set(book: Catalog, c: Checked) -> Plan | None:
             broken = True
         elif fid not in profile.opt_ins:
             allowed = ", ".join(profile.opt_ins) or "none"
-            c.problems.append((line, f"fix {fid!r} is not an opt-in of profile {profile.name} (its opt-ins: {allowed})"))
+            c.problems.append((line, f"fix {fid!r} is not an opt-in of profile {profile.name} (opt-ins: {allowed})"))
             broken = True
     plan = None
     if not broken:
@@ -204,10 +208,15 @@ def _layout(c: Checked) -> None:
     ):
         value = next((given[s] for s in spelled if s in given), None) or "1"
         if value != str(layout[key]):
-            c.problems.append((r.line("hardware", "layout", key), f"hardware.layout.{key} is {layout[key]}, the serve arguments give {value}"))
+            message = f"hardware.layout.{key} is {layout[key]}, the serve arguments give {value}"
+            c.problems.append((r.line("hardware", "layout", key), message))
     ep = any(s in given for s in ("--enable-expert-parallel", "-ep"))
     if ep != layout["expert_parallel"]:
-        c.problems.append((r.line("hardware", "layout"), f"hardware.layout.expert_parallel is {str(layout['expert_parallel']).lower()}, the serve arguments {'turn it on' if ep else 'leave it off'}"))
+        said = "true" if layout["expert_parallel"] else "false"
+        message = (
+            f"hardware.layout.expert_parallel is {said}, the serve arguments {'turn it on' if ep else 'leave it off'}"
+        )
+        c.problems.append((r.line("hardware", "layout"), message))
     cards = layout["tensor_parallel"] * layout["pipeline_parallel"] * layout["data_parallel"]
     if cards != r.cards:
         c.problems.append((r.line("hardware", "cards"), f"hardware.cards is {r.cards}, the layout uses {cards}"))
@@ -225,15 +234,23 @@ def _rule_names(book: Catalog, c: Checked, parser: Probe) -> None:
         for var in named["env"]:
             if var not in exported and var not in parser.variables:
                 known = " nor one vLLM reads" if not parser.unavailable else ""
-                c.problems.append((line, f"rule {rule['id']} tests {var}, which the recipe does not export{known}{suggest(var, sorted(exported))}"))
+                hint = suggest(var, sorted(exported | parser.variables))
+                c.problems.append(
+                    (line, f"rule {rule['id']} tests {var}, which the recipe does not export{known}{hint}")
+                )
         for option in named["arg"]:
             if not parser.unavailable:
                 if option not in parser.options:
-                    c.problems.append((line, f"rule {rule['id']} tests {option}, an option vLLM's parser does not know{suggest(option, sorted(parser.options))}"))
+                    hint = suggest(option, sorted(parser.options))
+                    c.problems.append(
+                        (line, f"rule {rule['id']} tests {option}, an option vLLM's parser does not know{hint}")
+                    )
             elif option not in own:
                 unchecked.append(option)
         for fid in named["fix"]:
             if fid not in book.fixes:
-                c.problems.append((line, f"rule {rule['id']} names unknown fix {fid!r}{suggest(fid, list(book.fixes))}"))
+                hint = suggest(fid, list(book.fixes))
+                c.problems.append((line, f"rule {rule['id']} names unknown fix {fid!r}{hint}"))
     if unchecked:
-        c.notes.append(f"rule options not checked without vLLM's parser (not in the recipe's own arguments): {', '.join(unchecked)}")
+        spelled = ", ".join(unchecked)
+        c.notes.append(f"rule options not checked without vLLM's parser (not in the recipe's own arguments): {spelled}")

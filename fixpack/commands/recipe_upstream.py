@@ -46,21 +46,22 @@ def cross_check(recipe: Recipe, upstream_dir: Path) -> list[Problem]:
     def need(args: list[Any], what: str, line: int) -> None:
         for option, value in _pairs(args):
             if option not in serve:
-                problems.append((line, f"{what} passes {option}{'' if value is None else ' ' + value}, not in serve.args"))
+                given = option if value is None else f"{option} {value}"
+                problems.append((line, f"{what} passes {given}, not in serve.args"))
             elif value is not None and serve[option] != value:
                 problems.append((line, f"{what} passes {option} {value}, serve.args has {option} {serve[option]}"))
 
     model = data.get("model") or {}
     variants = data.get("variants") or {}
     if up.variant not in variants:
-        problems.append((recipe.line("upstream", "variant"), f"upstream has no variant {up.variant!r} (it has: {', '.join(variants)})"))
+        message = f"upstream has no variant {up.variant!r} (it has: {', '.join(variants)})"
+        problems.append((recipe.line("upstream", "variant"), message))
     else:
         variant = variants[up.variant] or {}
         model_id = variant.get("model_id") or model.get("model_id")
         if model_id != recipe.serve_model:
-            problems.append(
-                (recipe.line("serve", "model"), f"serves {recipe.serve_model}, upstream variant {up.variant!r} is {model_id}")
-            )
+            message = f"serves {recipe.serve_model}, upstream variant {up.variant!r} is {model_id}"
+            problems.append((recipe.line("serve", "model"), message))
         need(variant.get("extra_args") or [], f"upstream variant {up.variant!r}", recipe.line("upstream", "variant"))
 
     features = data.get("features") or {}
@@ -74,12 +75,13 @@ def cross_check(recipe: Recipe, upstream_dir: Path) -> list[Problem]:
         need(feature.get("args") or [], f"upstream feature {name!r}", line)
         for var, value in (feature.get("env") or {}).items():
             if env.get(var) != str(value):
-                problems.append((line, f"upstream feature {name!r} sets {var}={value}, env has {env.get(var, 'nothing')}"))
+                has = env.get(var, "nothing")
+                problems.append((line, f"upstream feature {name!r} sets {var}={value}, env has {has}"))
 
     if up.strategy is not None:
         line = recipe.line("upstream", "strategy")
         if up.strategy not in (data.get("compatible_strategies") or []):
-            problems.append((line, f"strategy {up.strategy!r} is not among the upstream recipe's compatible_strategies"))
+            problems.append((line, f"strategy {up.strategy!r} is not in the upstream recipe's compatible_strategies"))
         strategy_path = upstream_dir / "strategies" / f"{up.strategy}.yaml"
         if not strategy_path.is_file():
             problems.append((line, f"strategy {up.strategy!r}: no strategies/{up.strategy}.yaml in {upstream_dir}"))
