@@ -229,28 +229,24 @@ def _rule_names(book: Catalog, c: Checked, parser: Probe) -> None:
     own = {option for option, _ in rulebook.options(r.argv[1:])}
     unchecked: list[str] = []
     for i, rule in enumerate(r.rules):
-        named = rulebook.names(rule["when"])
-        line = r.line("rules", i, "when")
-        for var in named["env"]:
-            if var not in exported and var not in parser.variables:
+        for kind, name, where in rulebook.names(rule["when"]):
+            line = r.line("rules", i, "when", *where)
+            if kind == "env" and name not in exported and name not in parser.variables:
                 known = " nor one vLLM reads" if not parser.unavailable else ""
-                hint = suggest(var, sorted(exported | parser.variables))
+                hint = suggest(name, sorted(exported | parser.variables))
                 c.problems.append(
-                    (line, f"rule {rule['id']} tests {var}, which the recipe does not export{known}{hint}")
+                    (line, f"rule {rule['id']} tests {name}, which the recipe does not export{known}{hint}")
                 )
-        for option in named["arg"]:
-            if not parser.unavailable:
-                if option not in parser.options:
-                    hint = suggest(option, sorted(parser.options))
-                    c.problems.append(
-                        (line, f"rule {rule['id']} tests {option}, an option vLLM's parser does not know{hint}")
-                    )
-            elif option not in own:
-                unchecked.append(option)
-        for fid in named["fix"]:
-            if fid not in book.fixes:
-                hint = suggest(fid, list(book.fixes))
-                c.problems.append((line, f"rule {rule['id']} names unknown fix {fid!r}{hint}"))
+            elif kind == "arg" and not parser.unavailable and name not in parser.options:
+                hint = suggest(name, sorted(parser.options))
+                c.problems.append(
+                    (line, f"rule {rule['id']} tests {name}, an option vLLM's parser does not know{hint}")
+                )
+            elif kind == "arg" and parser.unavailable and name not in own:
+                unchecked.append(name)
+            elif kind == "fix" and name not in book.fixes:
+                hint = suggest(name, list(book.fixes))
+                c.problems.append((line, f"rule {rule['id']} names unknown fix {name!r}{hint}"))
     if unchecked:
         spelled = ", ".join(unchecked)
         c.notes.append(f"rule options not checked without vLLM's parser (not in the recipe's own arguments): {spelled}")

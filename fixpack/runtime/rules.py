@@ -234,26 +234,29 @@ def evaluate(
     ]
 
 
-def _leaves(cond: Mapping) -> list[Mapping]:
-    if "all" in cond or "any" in cond:
-        return [leaf for c in cond.get("all", cond.get("any")) for leaf in _leaves(c)]
+def _leaves(cond: Mapping, where: tuple[str | int, ...] = ()) -> list[tuple[tuple[str | int, ...], Mapping]]:
+    """Each env, arg and fix condition inside ``cond``, with its path from ``cond``."""
+    for group in _GROUPS:
+        if group in cond:
+            return [leaf for i, c in enumerate(cond[group]) for leaf in _leaves(c, (*where, group, i))]
     if "not" in cond:
-        return _leaves(cond["not"])
-    return [cond]
+        return _leaves(cond["not"], (*where, "not"))
+    return [(where, cond)]
 
 
 def uses_args(cond: Mapping) -> bool:
     """Whether a condition tests the serve command line (then only the entry point can check it)."""
-    return any("arg" in leaf for leaf in _leaves(cond))
+    return any("arg" in leaf for _, leaf in _leaves(cond))
 
 
-def names(cond: Mapping) -> dict[str, list[str]]:
-    """What a condition names: {"env": [variables], "arg": [option spellings], "fix": [fix ids]}."""
-    out: dict[str, list[str]] = {"env": [], "arg": [], "fix": []}
-    for leaf in _leaves(cond):
+def names(cond: Mapping) -> list[tuple[str, str, tuple[str | int, ...]]]:
+    """What a condition names, in order: (kind, name, path of the key from ``cond``), kind one of
+    env (a variable), arg (an option spelling) and fix (a fix id)."""
+    out = []
+    for where, leaf in _leaves(cond):
         if "arg" in leaf:
-            out["arg"] += spellings(leaf)
+            out += [("arg", spelling, (*where, "arg")) for spelling in spellings(leaf)]
         else:
             kind = "env" if "env" in leaf else "fix"
-            out[kind].append(leaf[kind])
+            out.append((kind, leaf[kind], (*where, kind)))
     return out
