@@ -13,11 +13,20 @@ class FixpackError(Exception):
 
     exit_code = REFUSED
 
-    def __init__(self, message: str, *, fix_id: str | None = None, path: str | None = None, details: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        fix_id: str | None = None,
+        path: str | None = None,
+        details: str = "",
+        line: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.fix_id = fix_id  # the fix the failure is about, when there is one
         self.path = path  # the file (repository path, or a path on disk) it is about
+        self.line = line  # the line of ``path`` it is about (1-based), when known
         self.details = details  # extra text (a diff, a list), printed after the line
 
     def __str__(self) -> str:

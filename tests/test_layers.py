@@ -18,7 +18,8 @@ ALLOWED = {
     "fixpack.errors": set(),
     "fixpack.transforms": {"fixpack.core"},
     "fixpack.applicators": {"fixpack.transforms"},
-    "fixpack.cookbook": {"fixpack.core", "fixpack.models", "fixpack.errors"},
+    # fixpack.runtime.rules: the recipes' rule evaluator, a stdlib-only leaf the runtime check carries
+    "fixpack.cookbook": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.runtime.rules"},
     "fixpack.site": {"fixpack.core", "fixpack.models", "fixpack.errors"},
     "fixpack.commands": {
         "fixpack",
@@ -30,6 +31,7 @@ ALLOWED = {
         "fixpack.transforms",
         "fixpack.proofkit",
         "fixpack.proofrun",
+        "fixpack.runtime.rules",
     },
     "fixpack.cli": {"fixpack", "fixpack.commands", "fixpack.cookbook", "fixpack.errors", "fixpack.models"},
     "fixpack.proofkit": set(),

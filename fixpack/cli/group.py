@@ -26,6 +26,7 @@ COMMANDS = {
     "build-site": "maintainer:build_site",
     "record": "maintainer:record",
     "port": "maintainer:port",
+    "recipe": "recipe_commands:recipe",
 }
 
 ENVIRONMENT_HELP = """\b
