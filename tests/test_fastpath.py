@@ -9,7 +9,7 @@ import subprocess
 import sys
 import zipfile
 
-from builders import REPO
+from builders import REPO, make_site, run_cli
 from test_transaction import three_fixes
 
 SCRIPT = REPO / "fixes" / "apply_all.py"
@@ -278,3 +278,31 @@ def test_a_zip_on_the_path_is_not_vouched_for_so_every_rerun_takes_the_full_path
     assert "warm" not in json.loads((site.path / ".fixpack" / "manifest.json").read_text())
     again = script(["--profile", "v0.26.0"], env=env)
     assert again.returncode == 0 and not took_fast_path(again) and "3 already applied" in again.stdout
+
+
+def test_a_pinned_fix_set_is_part_of_the_request(cookbook, site, tmp_path):
+    """FIXPACK_EXPECT_FIX_SET changes the request: a stamp made without it (or with another value)
+    does not answer it; one made with it answers it warm."""
+    three_fixes(cookbook)
+    line = ["--profile", "v0.26.0", "--site", str(site.path)]
+    assert script(line, env=plain_env(cookbook)).returncode == 0  # the stamp, made without a pin
+    assert took_fast_path(script(line, env=plain_env(cookbook)))
+    st = run_cli("status", "--site", str(site.path), "--json", env={"FIXPACK_COOKBOOK": str(cookbook.root)})
+    pinned = json.loads(st.stdout)["fix_set"]["digest"]
+    wrong = script(line, env=plain_env(cookbook, FIXPACK_EXPECT_FIX_SET="0" * 16))
+    assert wrong.returncode == 1 and not took_fast_path(wrong)
+    assert f"this apply would leave fix set {pinned}" in wrong.stderr
+    right = script(line, env=plain_env(cookbook, FIXPACK_EXPECT_FIX_SET=pinned))
+    assert right.returncode == 0 and not took_fast_path(right) and "3 already applied" in right.stdout
+    # a fresh site applied under the pin: its stamp answers the pinned request warm, and only it
+    fresh = make_site(tmp_path / "fresh")
+    line = ["--profile", "v0.26.0", "--site", str(fresh.path)]
+    env = plain_env(cookbook, FIXPACK_EXPECT_FIX_SET=pinned)
+    assert script(line, env=env).returncode == 0
+    warm = script(line, env=env)
+    assert warm.returncode == 0 and took_fast_path(warm)
+    assert output(warm) == output(script(line, env={**env, "FIXPACK_NO_FAST_PATH": "1"}))
+    other = script(line, env=plain_env(cookbook, FIXPACK_EXPECT_FIX_SET="f" * 16))
+    assert other.returncode == 1 and not took_fast_path(other)
+    unpinned = script(line, env=plain_env(cookbook))
+    assert unpinned.returncode == 0 and not took_fast_path(unpinned)

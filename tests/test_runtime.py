@@ -10,7 +10,7 @@ import json
 import re
 import sys
 
-from builders import RUNNER
+from builders import RUNNER, run_cli
 from test_overlay import apply, py
 from test_transaction import three_fixes
 
@@ -46,11 +46,14 @@ def test_in_place_the_check_is_its_own_distribution_and_logs_one_line(cookbook, 
     assert "plugins ['fixpack_runtime_check']" in out.stdout and "vllm imported: False" in out.stdout
     line = re.search(r"INFO vllm.fixpack (fixpack: .*)", out.stdout)
     assert line, out.stdout
-    assert re.fullmatch(
-        r"fixpack: profile v0\.26\.0, 3 fixes \(one, two, three\), mode in-place, pid \d+, "
+    logged = re.fullmatch(
+        r"fixpack: profile v0\.26\.0, fix set ([0-9a-f]{16}), 3 fixes \(one, two, three\), mode in-place, pid \d+, "
         r"4 files checked in [\d.]+ ms",
         line.group(1),
     )
+    assert logged, line.group(1)
+    status = json.loads(cli("status", "--site", str(site.path), "--json").stdout)
+    assert logged.group(1) == status["fix_set"]["digest"]  # the digest status shows, recorded at apply time
 
 
 def test_in_place_a_changed_file_stops_the_process_or_warns(cookbook, site, cli):
@@ -100,8 +103,13 @@ def test_overlay_the_check_needs_the_hook_and_the_originals_it_was_built_from(co
     assert apply(cookbook, site, overlay).returncode == 0
     out = py(LOAD, overlay, site.path)
     assert out.returncode == 0, out.stderr
-    line = rf"fixpack: profile v0\.26\.0, 3 fixes \(one, two, three\), mode overlay {overlay}, pid \d+"
-    assert re.search(line, out.stdout), out.stdout
+    line = r"fixpack: profile v0\.26\.0, fix set ([0-9a-f]{16}), 3 fixes \(one, two, three\), "
+    line += rf"mode overlay {overlay}, pid \d+"
+    logged = re.search(line, out.stdout)
+    assert logged, out.stdout
+    env = {"FIXPACK_COOKBOOK": str(cookbook.root)}
+    status = run_cli("status", "--site", str(site.path), "--overlay", str(overlay), "--json", env=env)
+    assert logged.group(1) == json.loads(status.stdout)["fix_set"]["digest"]
     no_hook = py(LOAD, overlay, site.path, flags=("-S",))  # no site module: no sitecustomize
     assert no_hook.returncode == 1 and "is not active in this process" in no_hook.stderr
     assert "plugins []" in py(LOAD, site.path).stdout  # without the overlay on the path: no check, no fixes

@@ -135,6 +135,7 @@ def status_json(st: StatusResult) -> dict[str, Any]:
             for d in st.distributions
         ],
         "fixes": [{"id": fid, "state": state} for fid, state in st.fixes],
+        "fix_set": None if st.fix_set is None else st.fix_set.to_json(),
         "notes": st.notes,
     }
 
@@ -154,6 +155,8 @@ def status_human(st: StatusResult, out: TextIO | None = None) -> None:
     print(f"profile {st.profile}:", file=out)
     for fid, state in st.fixes:
         print(f"  {fid:<{width}}  {paint(state, state, out)}", file=out)
+    if st.fix_set is not None:
+        print(f"fix set: {st.fix_set.summary()}", file=out)
 
 
 def dump(data: Any) -> None:

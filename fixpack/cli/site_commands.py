@@ -54,6 +54,7 @@ Environment:
   FIXPACK_COOKBOOK      use the fixes/ and profiles/ of another checkout
   FIXPACK_LOCK_TIMEOUT  seconds to wait for another fixpack's lock (default 300)
   FIXPACK_NO_FAST_PATH  1: apply_all.py always runs the full apply
+  FIXPACK_EXPECT_FIX_SET default for --expect-fix-set
   FIXPACK_RUNTIME_CHECK in vLLM processes: stop (default), warn or off
 \b
 --exec CMD [ARGS...]   last on the line: once applied (exit 0), replace this
@@ -75,6 +76,13 @@ Exit codes: 0 done; 1 refused (nothing changed); 2 usage; 3 environment.
 )
 @SITE
 @OVERLAY
+@click.option(
+    "--expect-fix-set",
+    metavar="DIGEST",
+    envvar="FIXPACK_EXPECT_FIX_SET",
+    help="Refuse (exit 1, nothing written) unless the fix set this apply leaves has this digest, as "
+    "fixpack status prints it: every node of a deployment runs the same fixes. Default: $FIXPACK_EXPECT_FIX_SET.",
+)
 @guard(result_error)
 def apply(
     profile: str,
@@ -84,6 +92,7 @@ def apply(
     allow_unpinned: bool,
     site: Path | None,
     overlay: Path | None,
+    expect_fix_set: str | None,
 ) -> int:
     """Apply a profile's fixes and the named opt-in FIXes, all or nothing.
 
@@ -97,7 +106,10 @@ def apply(
     if command and dry_run:
         raise UsageError("--exec runs a command once the fixes are applied; not with --dry-run")
     asked = Invocation(meta["fixpack.argv"], functools.partial(render.printed, as_json=as_json), tuple(command or ()))
-    result = run_apply(catalog(), profile, fixes, site, dry_run, allow_unpinned, invocation=asked, overlay=overlay)
+    result = run_apply(
+        catalog(), profile, fixes, site, dry_run, allow_unpinned, invocation=asked, overlay=overlay,
+        expect_fix_set=expect_fix_set,
+    )  # fmt: skip
     render.result(result, as_json)
     if command and result.exit_code == 0:
         from ..commands.overlay import exec_command

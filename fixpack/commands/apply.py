@@ -22,6 +22,7 @@ from ..site import plugin
 from ..site.destination import InPlace
 from ..site.distributions import Distribution
 from ..site.manifest import Manifest
+from .pin import expectation, pinned, refuse_unexpected
 from .results import FixResult, Result
 from .stamping import Invocation, warm_stamp
 from .steps import (
@@ -51,9 +52,12 @@ def apply(
     allow_unpinned: bool = False,
     invocation: Invocation | None = None,
     overlay: Path | None = None,
+    expect_fix_set: str | None = None,
 ) -> Result:
     """``invocation``: the command line asked for this; given, a writing apply records the warm stamp.
-    ``overlay``: build the patched modules into this folder instead of writing in place."""
+    ``overlay``: build the patched modules into this folder instead of writing in place.
+    ``expect_fix_set``: refuse unless the fix set the apply leaves has this digest (``.pin``)."""
+    expected = expectation(expect_fix_set)
     profile = catalog.profile(profile_name)
     result = Result("apply", profile.name, dry_run=dry_run)
     for name in asked:
@@ -62,7 +66,7 @@ def apply(
     if overlay is not None:
         from .overlay import apply_overlay  # the in-place apply of a container start does without it
 
-        return apply_overlay(catalog, profile, asked, site, overlay, dry_run, allow_unpinned, invocation)
+        return apply_overlay(catalog, profile, asked, site, overlay, dry_run, allow_unpinned, invocation, expected)
     env, dists = installed(profile, site)
     commit_notes = check_commits(profile, dists, allow_unpinned)
     result.notes += commit_notes
@@ -79,7 +83,7 @@ def apply(
         site_dir = destination.state_dir.parent
         if _all_applied(manifest, plan, dists, profile) and not _runtime_writes(site_dir, manifest, dists):
             result.fixes = already_applied(plan)
-            return result
+            return pinned(result, plan, expected, manifest.fix_set)
         paths = list(dict.fromkeys([*plan.paths(), *manifest.files]))
         files = recognise_files(catalog.fixes, profile, dists, manifest, paths, destination.state_dir)
         try:
@@ -91,6 +95,7 @@ def apply(
                 pulled_in_by = plan.pulled_in.get(fix.id)
                 result.fixes.append(FixResult(fix.id, action, None, rebuilt.counts.get(fix.id, []), pulled_in_by))
             new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records)
+            refuse_unexpected(expected, new_manifest.fix_set, manifest.fix_set)
             runtime = plugin.in_place(site_dir, new_manifest, list(dists.values()))
 
             def stamp() -> dict | None:  # how the all-applied state this apply leaves is recognised next time

@@ -20,6 +20,7 @@ from ..site.layout import MANIFEST, STATE_DIR_NAME
 from ..site.manifest import Manifest
 from ..site.overlay import MODULES, Overlay, activation, exec_command
 from ..site.state import read_manifest
+from .pin import pinned, refuse_unexpected
 from .results import FixResult, Result, StatusResult
 from .stamping import Invocation, warm_stamp
 from .steps import (
@@ -120,7 +121,7 @@ def overlay_files(
     compiled = plugin.pyc(HOOK, hook)
     if compiled is not None:
         out[compiled[0]] = compiled[1]
-    index = plugin.index("overlay", manifest.profile, manifest.release, manifest.fixes, entries)
+    index = plugin.index("overlay", manifest, entries)
     out.update(plugin.files(index))
     for rel in (HOOK, plugin.INDEX, f"{plugin.PACKAGE}/__init__.py"):
         targets[str(overlay.root / rel)] = sha256(out[rel])
@@ -147,7 +148,9 @@ def apply_overlay(
     dry_run: bool,
     allow_unpinned: bool,
     invocation: Invocation | None,
+    expected: str | None = None,
 ) -> Result:
+    """``expected``: the fix-set digest the overlay must hold (``fixpack.commands.pin``)."""
     result = Result("apply", profile.name, dry_run=dry_run)
     env, dists = installed(profile, site)
     commit_notes = check_commits(profile, dists, allow_unpinned)
@@ -168,12 +171,13 @@ def apply_overlay(
         if _intact(overlay, manifest, plan, profile):
             result.fixes = already_applied(plan)
             result.notes.append(hint)
-            return result
+            return pinned(result, plan, expected, manifest.fix_set)
         files = recognise_files(catalog.fixes, profile, dists, Manifest(), list(plan.paths()), overlay.state_dir)
         try:
             refuse_drift(files, plan, {})
             rebuilt = rebuild_files(plan, files, plan.fix_ids)
             new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records)
+            refuse_unexpected(expected, new_manifest.fix_set, manifest.fix_set)
             content, targets = overlay_files(overlay, files, rebuilt, new_manifest)
         except Refused as refused:
             result.error = nothing_changed(refused)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..core.identity import FixSet
 from ..errors import FixpackError
 from ..models import Action, FileState
 from ..site.distributions import Distribution
@@ -48,3 +49,8 @@ class StatusResult:
     fixes: list[tuple[str, FileState | str]]  # id, state ("partial" is a fix's state, not a file's)
     notes: list[str] = field(default_factory=list)
     manifest: Manifest | None = None
+
+    @property
+    def fix_set(self) -> FixSet | None:
+        """The identity of what is applied there (None: nothing is)."""
+        return None if self.manifest is None else self.manifest.fix_set

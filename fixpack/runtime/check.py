@@ -13,8 +13,10 @@ import is the code fixpack patched:
 - a patched module this process imported already came from the expected file.
 
 Then it logs one INFO line on vLLM's logger, e.g.
-``fixpack: profile v0.26.0, 16 fixes (a, b, ...), mode overlay /opt/fixpack-overlay, pid 4242,
-12 files checked in 1.8 ms``.
+``fixpack: profile v0.26.0, fix set 3f2a9c0d51e7b4c1, 16 fixes (a, b, ...), mode overlay
+/opt/fixpack-overlay, pid 4242, 12 files checked in 1.8 ms``: the fix set is the digest of the
+release, the fixes in order and each patched file's hash (``fixpack.core.identity``), recorded in
+the index at apply time; two processes that log the same one run the same fixes.
 
 A failed check raises RuntimeError (the process stops, saying why); ``FIXPACK_RUNTIME_CHECK=warn``
 logs a warning instead, ``off`` skips the check. Standard library only, no vLLM import: it hashes
@@ -108,8 +110,9 @@ def check():
     fixes = index.get("fixes", [])
     where = f" {root}" if index.get("mode") == "overlay" else ""
     log.info(
-        "fixpack: profile %s, %d fixes (%s), mode %s%s, pid %d, %d files checked in %.1f ms%s",
+        "fixpack: profile %s, fix set %s, %d fixes (%s), mode %s%s, pid %d, %d files checked in %.1f ms%s",
         index.get("profile"),
+        (index.get("fix_set") or {}).get("digest"),
         len(fixes),
         ", ".join(fixes),
         index.get("mode"),

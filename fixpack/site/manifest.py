@@ -7,6 +7,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
+from ..core.identity import FixSet, fix_set
 from ..models import FileRecord
 
 __all__ = ["FORMAT", "Manifest"]
@@ -32,6 +33,11 @@ class Manifest:
     @property
     def empty(self) -> bool:
         return not self.fixes
+
+    @property
+    def fix_set(self) -> FixSet | None:
+        """The identity of what is applied (``fixpack.core.identity``); None when nothing is."""
+        return None if self.empty else fix_set(self.release or "", self.fixes, self.files)
 
     def to_bytes(self) -> bytes:
         data = {

@@ -41,9 +41,13 @@ def module_name(path: str) -> str | None:
     return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
 
 
-def index(mode: str, profile: str | None, release: str | None, fixes: tuple[str, ...], entries: list[dict]) -> bytes:
-    """The index the runtime check (and an overlay's import hook) reads; see fixpack/runtime."""
-    data = {"format": 1, "mode": mode, "profile": profile, "release": release, "fixes": list(fixes)}
+def index(mode: str, manifest: Manifest, entries: list[dict]) -> bytes:
+    """The index the runtime check (and an overlay's import hook) reads; see fixpack/runtime. It
+    carries the fix-set identity of what ``manifest`` applies (digest and fixes), which the check logs."""
+    fix_set = manifest.fix_set
+    data = {"format": 1, "mode": mode, "profile": manifest.profile, "release": manifest.release}
+    data["fixes"] = list(manifest.fixes)
+    data["fix_set"] = fix_set.to_json() if fix_set is not None else None
     data["files"] = sorted(entries, key=lambda e: e["path"])
     return (json.dumps(data, indent=1) + "\n").encode()
 
@@ -101,7 +105,7 @@ def in_place(site: Path, manifest: Manifest, dists: list[Distribution]) -> dict[
                     "pristine": None,
                 }
             )
-        content = index("in-place", manifest.profile, manifest.release, manifest.fixes, entries)
+        content = index("in-place", manifest, entries)
         wanted = {site / rel: data for rel, data in files(content).items()}
     for folder in (site / PACKAGE, site / DIST_INFO):
         if folder.is_dir() and not folder.is_symlink():

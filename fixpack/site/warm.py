@@ -6,7 +6,8 @@ stamp* (``make_stamp``) holding:
 - ``key``: the sha256 of the request exactly as given: the raw arguments (``apply_all.py ARGS``
   and ``fixpack apply ARGS`` pass the same ARGS, so either one's stamp serves the other), the
   working directory (for relative paths) and the variables that change the request,
-  ``FIXPACK_SITE`` and ``FIXPACK_COOKBOOK``. Another order, spelling or flag is another key: the
+  ``FIXPACK_SITE``, ``FIXPACK_COOKBOOK`` and ``FIXPACK_EXPECT_FIX_SET`` (a stamp vouches for the
+  pin it was made under only). Another order, spelling or flag is another key: the
   full apply answers it (and ``--dry-run`` never writes a stamp).
 - where the state is: the state directory, the folder the apply locks, and what an interrupted
   transaction leaves there (the journal; for an overlay, the ``.NAME.fixpack-*`` folders beside it).
@@ -64,7 +65,8 @@ def _read(path: str) -> bytes | None:
 def request_key(argv: Sequence[str]) -> str:
     """The key of one request: its raw arguments, where they were given, and the variables it reads."""
     env = os.environ
-    request = [FORMAT, list(argv), os.getcwd(), env.get("FIXPACK_SITE"), env.get("FIXPACK_COOKBOOK")]
+    variables = [env.get(name) for name in ("FIXPACK_SITE", "FIXPACK_COOKBOOK", "FIXPACK_EXPECT_FIX_SET")]
+    request = [FORMAT, list(argv), os.getcwd(), *variables]
     return hashlib.sha256(json.dumps(request).encode()).hexdigest()
 
 
