@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Container entry point: ``python3 fixes/apply_all.py --profile v0.26.0 [OPT-IN ...]``.
+"""Container entry point: ``python3 fixes/apply_all.py --profile v0.26.0 [OPT-IN ...]``, or
+``--recipe SLUG [--exec vllm serve ... | --launch]`` (a recipe's fix set, its rules checked first).
 
 The same as ``fixpack apply ARGS``, run from a cookbook checkout with plain ``python3``: the
 fixpack package beside this folder is used without being installed.
@@ -11,12 +12,18 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
+def _names_recipe(argv: list[str]) -> bool:
+    own = argv[: argv.index("--exec")] if "--exec" in argv else argv
+    return any(a == "--recipe" or a.startswith("--recipe=") for a in own)
+
+
 def main() -> None:
     argv = sys.argv[1:]
     sys.path.insert(0, ROOT)
     from fixpack.site.warm import try_warm  # standard library only
 
-    code = try_warm(argv)
+    # A recipe's rules read variables no warm stamp's key holds: a --recipe start takes the full path.
+    code = None if _names_recipe(argv) else try_warm(argv)
     if code is not None:  # already applied and unchanged: nothing else is imported (--exec: CMD ran)
         sys.exit(code)
     try:

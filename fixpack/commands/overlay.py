@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..cookbook.catalog import Catalog
 from ..core.bytecode import hash_based_pyc
@@ -36,6 +37,9 @@ from .steps import (
     refused_results,
 )
 
+if TYPE_CHECKING:
+    from .launch import Gate
+
 __all__ = ["apply_overlay", "status_overlay", "revert_overlay", "exec_command"]
 
 HOOK = "sitecustomize.py"
@@ -52,9 +56,12 @@ def _index_entries(overlay: Overlay, manifest: Manifest) -> dict[str, dict]:
         return {}
 
 
-def _intact(overlay: Overlay, manifest: Manifest, plan: Plan, profile: Profile) -> bool:
-    """The overlay holds exactly this plan, unchanged, over the installed files it was built from."""
+def _intact(overlay: Overlay, manifest: Manifest, plan: Plan, profile: Profile, recipe: tuple) -> bool:
+    """The overlay holds exactly this plan (and ``recipe``: slug, rules), unchanged, over the
+    installed files it was built from."""
     if manifest.profile != profile.name or set(plan.fix_ids) != set(manifest.fixes):
+        return False
+    if (manifest.recipe, manifest.rules) != recipe:
         return False
     if set(plan.paths()) != set(manifest.files):
         return False
@@ -77,6 +84,7 @@ def _intact(overlay: Overlay, manifest: Manifest, plan: Plan, profile: Profile) 
     return (
         overlay.read(HOOK) == (runtime / "hook.py").read_bytes()
         and overlay.read(f"{plugin.PACKAGE}/__init__.py") == (runtime / "check.py").read_bytes()
+        and overlay.read(f"{plugin.PACKAGE}/rules.py") == (runtime / "rules.py").read_bytes()
     )
 
 
@@ -120,7 +128,7 @@ def overlay_files(
     compiled = plugin.pyc(HOOK, hook)
     if compiled is not None:
         out[compiled[0]] = compiled[1]
-    index = plugin.index("overlay", manifest.profile, manifest.release, manifest.fixes, entries)
+    index = plugin.index("overlay", manifest.profile, manifest.release, manifest.fixes, entries, manifest)
     out.update(plugin.files(index))
     for rel in (HOOK, plugin.INDEX, f"{plugin.PACKAGE}/__init__.py"):
         targets[str(overlay.root / rel)] = sha256(out[rel])
@@ -147,6 +155,7 @@ def apply_overlay(
     dry_run: bool,
     allow_unpinned: bool,
     invocation: Invocation | None,
+    gate: Gate | None = None,
 ) -> Result:
     result = Result("apply", profile.name, dry_run=dry_run)
     env, dists = installed(profile, site)
@@ -165,7 +174,10 @@ def apply_overlay(
             raise Refused(f"the overlay {overlay.root} has fixes of release {manifest.release}; revert it first")
         plan = resolve(catalog.fixes, profile, asked, keep=manifest.fixes)
         result.notes += pulled_in_notes(plan)
-        if _intact(overlay, manifest, plan, profile):
+        if gate is not None:
+            result.notes += gate.judge(plan)
+        recipe, rules = gate.record() if gate is not None else (None, ())
+        if _intact(overlay, manifest, plan, profile, (recipe, rules)):
             result.fixes = already_applied(plan)
             result.notes.append(hint)
             return result
@@ -173,7 +185,9 @@ def apply_overlay(
         try:
             refuse_drift(files, plan, {})
             rebuilt = rebuild_files(plan, files, plan.fix_ids)
-            new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records)
+            new_manifest = Manifest(
+                profile.name, profile.release, plan.fix_ids, rebuilt.records, recipe=recipe, rules=rules
+            )
             content, targets = overlay_files(overlay, files, rebuilt, new_manifest)
         except Refused as refused:
             result.error = nothing_changed(refused)
@@ -195,7 +209,9 @@ def apply_overlay(
             stamp = warm_stamp(
                 invocation, catalog, done_result, list(dists.values()), targets, overlay.state_dir, site, overlay.root
             )
-            new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records, warm=stamp)
+            new_manifest = Manifest(
+                profile.name, profile.release, plan.fix_ids, rebuilt.records, warm=stamp, recipe=recipe, rules=rules
+            )
         content[f"{STATE_DIR_NAME}/{MANIFEST}"] = new_manifest.to_bytes()
         if dry_run:
             overlay.check()
