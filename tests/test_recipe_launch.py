@@ -303,7 +303,8 @@ def test_the_runtime_check_refuses_lazy_mode_in_a_process_started_by_hand(book, 
     lazy = py(LOAD, site.path, PT_HPU_LAZY_MODE="1")
     assert lazy.returncode == 1 and f"RuntimeError: {line}; FIXPACK_RUNTIME_CHECK=warn only warns" in lazy.stderr
     warned = py(LOAD, site.path, PT_HPU_LAZY_MODE="1", FIXPACK_RUNTIME_CHECK="warn")
-    assert warned.returncode == 0 and f"WARNING vllm.fixpack {line}" in warned.stdout, warned.stderr
+    assert warned.returncode == 0, warned.stderr
+    assert f"WARNING vllm.fixpack {line} (a refusal; FIXPACK_RUNTIME_CHECK=warn: going on)" in warned.stdout
     off = py(LOAD, site.path, PT_HPU_LAZY_MODE="1", FIXPACK_RUNTIME_CHECK="off")
     assert off.returncode == 0 and "vllm.fixpack" not in off.stdout
     assert start(book, site, vllm, "--profile", "v0.26.0", "gdn-prefix-cache").returncode == 0

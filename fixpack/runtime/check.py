@@ -124,10 +124,9 @@ def check():
             raise RuntimeError(message)
         log.warning("%s", message)
     for line in refused:
-        message = f"fixpack: {line}; {MODE_VARIABLE}=warn only warns"
         if mode != "warn":
-            raise RuntimeError(message)
-        log.warning("%s (refused, warn only)", message)
+            raise RuntimeError(f"fixpack: {line}; {MODE_VARIABLE}=warn only warns")
+        log.warning("fixpack: %s (a refusal; %s=warn: going on)", line, MODE_VARIABLE)
     for line in warned:
         log.warning("fixpack: warning: %s", line)
     _done.append(True)
