@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Container entry point: ``python3 fixes/apply_all.py --profile v0.26.0 [OPT-IN ...]``.
+"""Container entry point: ``python3 fixes/apply_all.py --profile v0.26.0 [OPT-IN ...]``, or
+``--recipe SLUG [--exec vllm serve ... | --launch]`` (a recipe's fix set, its rules checked first).
 
 The same as ``fixpack apply ARGS``, run from a cookbook checkout with plain ``python3``: the
 fixpack package beside this folder is used without being installed.
@@ -16,6 +17,7 @@ def main() -> None:
     sys.path.insert(0, ROOT)
     from fixpack.site.warm import try_warm  # standard library only
 
+    # A --recipe apply records no stamp (its rules read variables no key holds), so none answers it.
     code = try_warm(argv)
     if code is not None:  # already applied and unchanged: nothing else is imported (--exec: CMD ran)
         sys.exit(code)

@@ -168,7 +168,7 @@ def test_status_shows_the_fix_set_and_json_carries_it(cookbook, cli, site, tmp_p
     assert before["fix_set"] is None  # nothing applied
     assert apply(cli, site, "alpha").exit_code == 0
     st = status(cli, site)
-    assert set(st) == {"profile", "distributions", "fixes", "fix_set", "notes"}
+    assert set(st) == {"profile", "distributions", "fixes", "fix_set", "recipe", "notes"}
     assert re.fullmatch(r"[0-9a-f]{16}", st["fix_set"]["digest"]) and st["fix_set"]["fixes"] == ["one", "alpha"]
     human = cli("status", "--site", str(site.path))
     assert f"\nfix set: {st['fix_set']['digest']} (2 fixes)\n" in human.stdout

@@ -13,6 +13,7 @@ import pytest
 from builders import REPO, make_site
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from test_recipe_launch import SLUG, book  # noqa: F401 (a fixture: the test cookbook with a recipe)
 from test_transaction import three_fixes
 
 SCRIPT = REPO / "fixes" / "apply_all.py"
@@ -45,10 +46,10 @@ def requirements() -> set[str]:
     return {m for name in wanted for m in modules.get(name, {name})}
 
 
-def without(module: str, cookbook, site, *args: str) -> subprocess.CompletedProcess[str]:
+def without(module: str, cookbook, site, *args: str, fix_set: tuple[str, ...] = ("--profile", "v0.26.0")):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FIXPACK_SITE")}
     env["FIXPACK_COOKBOOK"] = str(cookbook.root)
-    cmd = [sys.executable, "-c", BLOCKED, module, str(SCRIPT), "--profile", "v0.26.0", *args, "--site", str(site.path)]
+    cmd = [sys.executable, "-c", BLOCKED, module, str(SCRIPT), *fix_set, *args, "--site", str(site.path)]
     return subprocess.run(cmd, capture_output=True, text=True, env=env)
 
 
@@ -74,6 +75,18 @@ def test_a_missing_requirement_is_one_line_and_exit_3_with_nothing_written(cookb
     assert site.snapshot() == before and not (site.path / ".fixpack").exists()
     applied = without("no-such-module", cookbook, site)  # the same line with it: applied
     assert applied.returncode == 0 and "3 applied" in applied.stdout
+
+
+def test_a_recipe_start_without_yaml_is_one_line_and_exit_3_with_nothing_written(book, site):  # noqa: F811
+    if "yaml" not in requirements():
+        pytest.skip("PyYAML is not in requirements.txt on this branch")
+    before = site.snapshot()
+    r = without("yaml", book, site, fix_set=("--recipe", SLUG))  # the recipe is read before any write
+    assert r.returncode == 3 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("fixpack: error: the Python module 'yaml' is missing")
+    assert site.snapshot() == before and not (site.path / ".fixpack").exists()
+    applied = without("no-such-module", book, site, fix_set=("--recipe", SLUG))
+    assert applied.returncode == 0 and "4 applied" in applied.stdout, applied.stderr
 
 
 def test_the_warm_path_needs_no_requirement(cookbook, site):

@@ -136,6 +136,7 @@ def status_json(st: StatusResult) -> dict[str, Any]:
         ],
         "fixes": [{"id": fid, "state": state} for fid, state in st.fixes],
         "fix_set": None if st.fix_set is None else st.fix_set.to_json(),
+        "recipe": st.manifest.recipe if st.manifest is not None else None,
         "notes": st.notes,
     }
 
@@ -152,7 +153,8 @@ def status_human(st: StatusResult, out: TextIO | None = None) -> None:
         print("no fixes applied (give --profile NAME to see what a profile would do)", file=out)
         return
     width = max((len(fid) for fid, _ in st.fixes), default=0)
-    print(f"profile {st.profile}:", file=out)
+    recipe = st.manifest.recipe if st.manifest is not None else None
+    print(f"profile {st.profile}" + (f" (recipe {recipe})" if recipe else "") + ":", file=out)
     for fid, state in st.fixes:
         print(f"  {fid:<{width}}  {paint(state, state, out)}", file=out)
     if st.fix_set is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +59,29 @@ Environment:
   FIXPACK_RUNTIME_CHECK in vLLM processes: stop (default), warn or off
 \b
 --exec CMD [ARGS...]   last on the line: once applied (exit 0), replace this
-                       process with CMD, with DIR on PYTHONPATH for --overlay DIR
+                       process with CMD, with DIR on PYTHONPATH for --overlay DIR;
+                       with --recipe, the recipe's rules are checked on CMD's
+                       vllm serve arguments and this environment first
+--recipe SLUG --launch the same with the recipe's own vllm serve command, its
+                       environment exported over this one
 \b
 Exit codes: 0 done; 1 refused (nothing changed); 2 usage; 3 environment.
 """
 
 
 @click.command(cls=ExecCommand, context_settings={"help_option_names": ["-h", "--help"]}, epilog=APPLY_EPILOG)
-@click.option("--profile", "profile", required=True, metavar="NAME", help="The release profile, e.g. v0.26.0.")
+@click.option("--profile", "profile", metavar="NAME", help="The release profile, e.g. v0.26.0.")
 @click.argument("fixes", nargs=-1, metavar="[FIX ...]")
+@click.option(
+    "--recipe",
+    metavar="SLUG",
+    help="Instead of --profile and FIXes: a recipe's fix set (fixpack recipe list), its rules checked first.",
+)
+@click.option(
+    "--launch",
+    is_flag=True,
+    help="With --recipe: once applied, run the recipe's own vllm serve command in its environment.",
+)
 @click.option("--dry-run", is_flag=True, help="Check and report; write nothing.")
 @JSON
 @click.option(
@@ -85,8 +100,10 @@ Exit codes: 0 done; 1 refused (nothing changed); 2 usage; 3 environment.
 )
 @guard(result_error)
 def apply(
-    profile: str,
+    profile: str | None,
     fixes: tuple[str, ...],
+    recipe: str | None,
+    launch: bool,
     dry_run: bool,
     as_json: bool,
     allow_unpinned: bool,
@@ -94,7 +111,7 @@ def apply(
     overlay: Path | None,
     expect_fix_set: str | None,
 ) -> int:
-    """Apply a profile's fixes and the named opt-in FIXes, all or nothing.
+    """Apply a profile's fixes and the named opt-in FIXes (or a recipe's), all or nothing.
 
     Run again on a patched environment, it changes nothing and exits 0.
     """
@@ -103,22 +120,66 @@ def apply(
 
     meta = click.get_current_context().meta
     command = meta.get("fixpack.exec")
-    if command and dry_run:
-        raise UsageError("--exec runs a command once the fixes are applied; not with --dry-run")
-    asked = Invocation(meta["fixpack.argv"], functools.partial(render.printed, as_json=as_json), tuple(command or ()))
+    if (command or launch) and dry_run:
+        raise UsageError(
+            f"{'--exec' if command else '--launch'} runs a command once the fixes are applied; not with --dry-run"
+        )
+    book = catalog()
+    gate, notes, env = None, [], None
+    if recipe is not None:
+        if profile is not None or fixes:
+            raise UsageError("--recipe SLUG names the fix set: not with --profile or fix names")
+        profile, fixes, gate, notes, command, env = _recipe_start(book, recipe, launch, command)
+    elif profile is None:
+        raise UsageError("give --profile NAME (and opt-in FIXes) or --recipe SLUG")
+    elif launch:
+        raise UsageError("--launch runs a recipe's own command: give --recipe SLUG")
+    # A recipe's rules read variables that no warm stamp's key holds: a --recipe start records
+    # none, and always takes the full path.
+    printer = functools.partial(render.printed, as_json=as_json)
+    asked = Invocation(meta["fixpack.argv"], printer, tuple(command or ())) if gate is None else None
     result = run_apply(
-        catalog(), profile, fixes, site, dry_run, allow_unpinned, invocation=asked, overlay=overlay,
+        book,
+        profile,
+        fixes,
+        site,
+        dry_run,
+        allow_unpinned,
+        invocation=asked,
+        overlay=overlay,
+        gate=gate,
         expect_fix_set=expect_fix_set,
-    )  # fmt: skip
+    )
+    result.notes[:0] = notes
     render.result(result, as_json)
     if command and result.exit_code == 0:
         from ..commands.overlay import exec_command
 
+        if env is not None:
+            os.environ.update(env)
         try:
             exec_command(command, str(overlay) if overlay is not None else None)
         except OSError as exc:
             raise EnvironmentProblem(f"--exec {command[0]}: {exc.strerror}") from None
     return result.exit_code
+
+
+def _recipe_start(book: Any, slug: str, launch: bool, command: list[str] | None) -> tuple:
+    """``--recipe SLUG``: (profile, opt-ins, gate, notes, command, environment of the command)."""
+    from ..commands import launch as starts
+    from ..commands.recipe import pick, recipes
+
+    chosen = pick(recipes(book), slug)
+    env, notes = None, []
+    if launch:
+        if command:
+            raise UsageError("--launch runs the recipe's own vllm serve command: not with --exec")
+        gate, command, env = starts.for_launch(chosen)
+    elif command:
+        gate, notes = starts.for_exec(chosen, command)
+    else:
+        gate = starts.for_apply(chosen)
+    return chosen.profile, chosen.opt_ins, gate, notes, command, env
 
 
 @click.command()

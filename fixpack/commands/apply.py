@@ -5,12 +5,14 @@ destination.commit. Every new file content is built and compiled in memory befor
 a module that does not compile refuses the plan, and the bytecode of each patched module is written
 in the same transaction as its source. In place, the runtime check (``fixpack.site.plugin``) is
 installed in that transaction too; ``overlay``: the same plan goes to a folder instead
-(``fixpack.commands.overlay``).
+(``fixpack.commands.overlay``). With a recipe's ``gate`` (``fixpack.commands.launch``), its rules
+are judged on the plan before anything else, and the recipe is recorded with the fixes.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..cookbook.catalog import Catalog
 from ..core.fingerprint import patch_digest, sha256
@@ -40,6 +42,9 @@ from .steps import (
     write_set,
 )
 
+if TYPE_CHECKING:
+    from .launch import Gate
+
 __all__ = ["apply"]
 
 
@@ -53,10 +58,12 @@ def apply(
     invocation: Invocation | None = None,
     overlay: Path | None = None,
     expect_fix_set: str | None = None,
+    gate: Gate | None = None,
 ) -> Result:
     """``invocation``: the command line asked for this; given, a writing apply records the warm stamp.
     ``overlay``: build the patched modules into this folder instead of writing in place.
-    ``expect_fix_set``: refuse unless the fix set the apply leaves has this digest (``.pin``)."""
+    ``expect_fix_set``: refuse unless the fix set the apply leaves has this digest (``.pin``).
+    ``gate``: the recipe whose rules must hold for the plan (Refused, nothing written, when one refuses)."""
     expected = expectation(expect_fix_set)
     profile = catalog.profile(profile_name)
     result = Result("apply", profile.name, dry_run=dry_run)
@@ -66,7 +73,9 @@ def apply(
     if overlay is not None:
         from .overlay import apply_overlay  # the in-place apply of a container start does without it
 
-        return apply_overlay(catalog, profile, asked, site, overlay, dry_run, allow_unpinned, invocation, expected)
+        return apply_overlay(
+            catalog, profile, asked, site, overlay, dry_run, allow_unpinned, invocation, expected, gate
+        )
     env, dists = installed(profile, site)
     commit_notes = check_commits(profile, dists, allow_unpinned)
     result.notes += commit_notes
@@ -80,8 +89,15 @@ def apply(
             )
         plan = resolve(catalog.fixes, profile, asked, keep=manifest.fixes)
         result.notes += pulled_in_notes(plan)
+        if gate is not None:
+            result.notes += gate.judge(plan)
+        recipe, rules = gate.record() if gate is not None else (None, ())
         site_dir = destination.state_dir.parent
-        if _all_applied(manifest, plan, dists, profile) and not _runtime_writes(site_dir, manifest, dists):
+        if (
+            _all_applied(manifest, plan, dists, profile)
+            and (manifest.recipe, manifest.rules) == (recipe, rules)
+            and not _runtime_writes(site_dir, manifest, dists)
+        ):
             result.fixes = already_applied(plan)
             return pinned(result, plan, expected, manifest.fix_set)
         paths = list(dict.fromkeys([*plan.paths(), *manifest.files]))
@@ -94,7 +110,9 @@ def apply(
                 action = Action.ALREADY_APPLIED if done else (Action.WOULD_APPLY if dry_run else Action.APPLIED)
                 pulled_in_by = plan.pulled_in.get(fix.id)
                 result.fixes.append(FixResult(fix.id, action, None, rebuilt.counts.get(fix.id, []), pulled_in_by))
-            new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records)
+            new_manifest = Manifest(
+                profile.name, profile.release, plan.fix_ids, rebuilt.records, recipe=recipe, rules=rules
+            )
             refuse_unexpected(expected, new_manifest.fix_set, manifest.fix_set)
             runtime = plugin.in_place(site_dir, new_manifest, list(dists.values()))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..cookbook.catalog import Catalog
 from ..core.bytecode import hash_based_pyc
@@ -37,6 +38,9 @@ from .steps import (
     refused_results,
 )
 
+if TYPE_CHECKING:
+    from .launch import Gate
+
 __all__ = ["apply_overlay", "status_overlay", "revert_overlay", "exec_command"]
 
 HOOK = "sitecustomize.py"
@@ -53,9 +57,12 @@ def _index_entries(overlay: Overlay, manifest: Manifest) -> dict[str, dict]:
         return {}
 
 
-def _intact(overlay: Overlay, manifest: Manifest, plan: Plan, profile: Profile) -> bool:
-    """The overlay holds exactly this plan, unchanged, over the installed files it was built from."""
+def _intact(overlay: Overlay, manifest: Manifest, plan: Plan, profile: Profile, recipe: tuple) -> bool:
+    """The overlay holds exactly this plan (and ``recipe``: slug, rules), unchanged, over the
+    installed files it was built from."""
     if manifest.profile != profile.name or set(plan.fix_ids) != set(manifest.fixes):
+        return False
+    if (manifest.recipe, manifest.rules) != recipe:
         return False
     if set(plan.paths()) != set(manifest.files):
         return False
@@ -78,6 +85,7 @@ def _intact(overlay: Overlay, manifest: Manifest, plan: Plan, profile: Profile) 
     return (
         overlay.read(HOOK) == (runtime / "hook.py").read_bytes()
         and overlay.read(f"{plugin.PACKAGE}/__init__.py") == (runtime / "check.py").read_bytes()
+        and overlay.read(f"{plugin.PACKAGE}/rules.py") == (runtime / "rules.py").read_bytes()
     )
 
 
@@ -149,6 +157,7 @@ def apply_overlay(
     allow_unpinned: bool,
     invocation: Invocation | None,
     expected: str | None = None,
+    gate: Gate | None = None,
 ) -> Result:
     """``expected``: the fix-set digest the overlay must hold (``fixpack.commands.pin``)."""
     result = Result("apply", profile.name, dry_run=dry_run)
@@ -168,7 +177,10 @@ def apply_overlay(
             raise Refused(f"the overlay {overlay.root} has fixes of release {manifest.release}; revert it first")
         plan = resolve(catalog.fixes, profile, asked, keep=manifest.fixes)
         result.notes += pulled_in_notes(plan)
-        if _intact(overlay, manifest, plan, profile):
+        if gate is not None:
+            result.notes += gate.judge(plan)
+        recipe, rules = gate.record() if gate is not None else (None, ())
+        if _intact(overlay, manifest, plan, profile, (recipe, rules)):
             result.fixes = already_applied(plan)
             result.notes.append(hint)
             return pinned(result, plan, expected, manifest.fix_set)
@@ -176,7 +188,9 @@ def apply_overlay(
         try:
             refuse_drift(files, plan, {})
             rebuilt = rebuild_files(plan, files, plan.fix_ids)
-            new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records)
+            new_manifest = Manifest(
+                profile.name, profile.release, plan.fix_ids, rebuilt.records, recipe=recipe, rules=rules
+            )
             refuse_unexpected(expected, new_manifest.fix_set, manifest.fix_set)
             content, targets = overlay_files(overlay, files, rebuilt, new_manifest)
         except Refused as refused:
@@ -199,7 +213,9 @@ def apply_overlay(
             stamp = warm_stamp(
                 invocation, catalog, done_result, list(dists.values()), targets, overlay.state_dir, site, overlay.root
             )
-            new_manifest = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records, warm=stamp)
+            new_manifest = Manifest(
+                profile.name, profile.release, plan.fix_ids, rebuilt.records, warm=stamp, recipe=recipe, rules=rules
+            )
         content[f"{STATE_DIR_NAME}/{MANIFEST}"] = new_manifest.to_bytes()
         if dry_run:
             overlay.check()

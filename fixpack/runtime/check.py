@@ -18,6 +18,12 @@ Then it logs one INFO line on vLLM's logger, e.g.
 release, the fixes in order and each patched file's hash (``fixpack.core.identity``), recorded in
 the index at apply time; two processes that log the same one run the same fixes.
 
+On a site applied with ``--recipe SLUG``, the index also holds that recipe's rules on the
+environment alone (its rules on the serve arguments are checked at the entry point only: a worker
+process does not see the command line); they are evaluated on this process's environment by
+``rules.py``, copied beside this file: a refusing rule stops the process with the line the entry
+point gives (``recipe SLUG, rule ID: "message"``), a warning is logged.
+
 A failed check raises RuntimeError (the process stops, saying why); ``FIXPACK_RUNTIME_CHECK=warn``
 logs a warning instead, ``off`` skips the check. Standard library only, no vLLM import: it hashes
 the few patched files and nothing else. Copied out of fixpack (fixpack/runtime/check.py) as the
@@ -84,6 +90,18 @@ def problems(index, root):
     return out
 
 
+def recipe_findings(index, environ):
+    """(refusals, warnings) of the recipe's rules recorded in the index, each as its one line."""
+    rules = index.get("rules")
+    if not rules:
+        return [], []
+    from . import rules as rulebook  # only on a site applied with a recipe
+
+    findings = rulebook.evaluate(rules, environ, None, index.get("fixes", []))
+    lines = [(f.verdict, rulebook.refusal(index.get("recipe"), f)) for f in findings]
+    return [line for v, line in lines if v == "refuse"], [line for v, line in lines if v != "refuse"]
+
+
 def check():
     """The entry point vLLM calls in each process."""
     mode = os.environ.get(MODE_VARIABLE, "stop").strip().lower()
@@ -95,8 +113,9 @@ def check():
         with open(INDEX, "rb") as fh:
             index = json.loads(fh.read())
         found = problems(index, root)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        index, found = {}, [f"{INDEX} cannot be read ({exc})"]
+        refused, warned = recipe_findings(index, os.environ)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError) as exc:
+        index, found, refused, warned = {}, [f"{INDEX} cannot be read ({exc})"], [], []
     if found:
         message = (
             "fixpack: this process would not run the code fixpack applied: "
@@ -106,6 +125,12 @@ def check():
         if mode != "warn":
             raise RuntimeError(message)
         log.warning("%s", message)
+    for line in refused:
+        if mode != "warn":
+            raise RuntimeError(f"fixpack: {line}; {MODE_VARIABLE}=warn only warns")
+        log.warning("fixpack: %s (a refusal; %s=warn: going on)", line, MODE_VARIABLE)
+    for line in warned:
+        log.warning("fixpack: warning: %s", line)
     _done.append(True)
     fixes = index.get("fixes", [])
     where = f" {root}" if index.get("mode") == "overlay" else ""

@@ -41,6 +41,7 @@ __all__ = [
     "uses_args",
     "options",
     "spellings",
+    "refusal",
 ]
 
 VERDICTS = ("refuse", "warn")
@@ -260,3 +261,9 @@ def names(cond: Mapping) -> list[tuple[str, str, tuple[str | int, ...]]]:
             kind = "env" if "env" in leaf else "fix"
             out.append((kind, leaf[kind], (*where, kind)))
     return out
+
+
+def refusal(recipe: str, finding: Finding) -> str:
+    """A finding as one line, the same at the entry point and in every vLLM process: the recipe,
+    the rule and its message, quoted."""
+    return f'recipe {recipe}, rule {finding.rule}: "{finding.message}"'

@@ -1,5 +1,10 @@
 """``manifest.json``: what fixpack applied to an environment, kept in its state directory; read and
-written here."""
+written here.
+
+An apply with ``--recipe SLUG`` also records the recipe (``"recipe"``) and its rules on the
+environment alone (``"rules"``, as :mod:`fixpack.runtime.rules` reads them), which the runtime
+check applies in every vLLM process; any other apply or revert leaves them out. Both keys are
+optional: a manifest written before recipes existed reads as applied without one."""
 
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ class Manifest:
     time: str = ""
     warm: dict | None = None  # fastpath's stamp: what an already-applied re-run checks and prints
     records: dict[str, str] = field(default_factory=dict)  # dist-info name -> sha256 of the RECORD apply wrote
+    recipe: str | None = None  # the slug of the recipe the applied set came from (apply --recipe)
+    rules: tuple[dict, ...] = ()  # that recipe's rules on the environment alone (JSON-able)
 
     def steps(self, path: str) -> tuple[tuple[str, str], ...]:
         """(fix id, patch digest) of each change recorded for ``path``, in order."""
@@ -59,6 +66,9 @@ class Manifest:
         }
         if self.records:
             data["records"] = dict(sorted(self.records.items()))
+        if self.recipe is not None:
+            data["recipe"] = self.recipe
+            data["rules"] = list(self.rules)
         if self.warm is not None:
             data["warm"] = self.warm
         return (json.dumps(data, indent=2) + "\n").encode()
@@ -82,13 +92,17 @@ class Manifest:
             data.get("time", ""),
             data.get("warm"),
             dict(data.get("records", {})),
+            data.get("recipe"),
+            tuple(data.get("rules", ())),
         )
 
     def same_content(self, other: Manifest) -> bool:
-        return (self.profile, self.release, self.fixes, self.files, self.records) == (
+        return (self.profile, self.release, self.fixes, self.files, self.records, self.recipe, self.rules) == (
             other.profile,
             other.release,
             other.fixes,
             other.files,
             other.records,
+            other.recipe,
+            other.rules,
         )

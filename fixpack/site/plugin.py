@@ -1,7 +1,8 @@
 """The runtime check's distribution, ``fixpack-runtime-check``: a vLLM general plugin that
 ``apply`` installs with the fixes (beside the other dist-info in place; inside the overlay folder
 for an overlay), so that every vLLM process checks it runs the patched code and says so in one
-line. Its files are written here as bytes; the code is ``fixpack/runtime/check.py``, copied.
+line. Its files are written here as bytes; the code is ``fixpack/runtime/check.py`` and, beside
+it, ``fixpack/runtime/rules.py`` (the recipes' rule evaluator), copied.
 
 Its own dist-info (METADATA, entry_points.txt, INSTALLER, RECORD) makes it a distribution of its
 own, found by ``importlib.metadata.entry_points(group="vllm.general_plugins")`` like any other;
@@ -49,6 +50,8 @@ def index(mode: str, manifest: Manifest, entries: list[dict]) -> bytes:
     data["fixes"] = list(manifest.fixes)
     data["fix_set"] = fix_set.to_json() if fix_set is not None else None
     data["files"] = sorted(entries, key=lambda e: e["path"])
+    if manifest is not None and manifest.recipe is not None:
+        data["recipe"], data["rules"] = manifest.recipe, list(manifest.rules)
     return (json.dumps(data, indent=1) + "\n").encode()
 
 
@@ -69,11 +72,13 @@ def pyc(source_path: str, content: bytes) -> tuple[str, bytes] | None:
 
 def files(index_bytes: bytes) -> dict[str, bytes]:
     """The plugin's files, by path relative to the folder on sys.path that holds it."""
-    init = (RUNTIME / "check.py").read_bytes()
-    out = {f"{PACKAGE}/__init__.py": init, INDEX: index_bytes}
-    compiled = pyc(f"{PACKAGE}/__init__.py", init)
-    if compiled is not None:
-        out[compiled[0]] = compiled[1]
+    out = {INDEX: index_bytes}
+    for name, source in (("__init__.py", "check.py"), ("rules.py", "rules.py")):
+        code = (RUNTIME / source).read_bytes()
+        out[f"{PACKAGE}/{name}"] = code
+        compiled = pyc(f"{PACKAGE}/{name}", code)
+        if compiled is not None:
+            out[compiled[0]] = compiled[1]
     out[f"{DIST_INFO}/METADATA"] = (
         f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {VERSION}\n"
         "Summary: fixpack's runtime check: every vLLM process checks that it runs the code fixpack applied\n"
