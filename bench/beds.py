@@ -179,6 +179,8 @@ def real_cookbook(root: Path, site: Path, trees: dict[str, Path], tools: Tools, 
     # All of fixes/: the proofs import their shared harnesses from fixes/_support.
     shutil.copytree(tools.source / "fixes", root / "fixes", ignore=shutil.ignore_patterns("*.lock.json", "__pycache__"))
     shutil.copytree(tools.source / "profiles", root / "profiles")
+    if (tools.source / "recipes").is_dir():
+        shutil.copytree(tools.source / "recipes", root / "recipes")
     dropped: list[str] = []
     while (culprit := _load_problem(root, trees) or _apply_problem(root, site, tools)) is not None:
         fid, reason = culprit
@@ -367,3 +369,17 @@ class Bed:
     @property
     def target_bytes(self) -> int:
         return sum(len(c[0]) for c in self.pristine.values() if c)
+
+
+def recipe_for(cookbook: Path, opt_ins: list[str]) -> str | None:
+    """The slug of a recipe in ``cookbook`` whose fix set is the bed's (the profile and these
+    opt-ins), for the ``--recipe`` rows; None when there is none."""
+    import yaml
+
+    for path in sorted((cookbook / "recipes").rglob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        fixes = data.get("fixes", {}) if isinstance(data, dict) else {}
+        if fixes.get("profile") == PROFILE and set(fixes.get("opt_ins", [])) == set(opt_ins):
+            return data["meta"]["slug"]
+    return None
+

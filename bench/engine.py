@@ -117,6 +117,14 @@ class Tools:
         script = str(self.repo / "fixes" / "apply_all.py")
         return [self.python, script, "--profile", PROFILE, *opt_ins, "--site", str(site)]
 
+    def apply_recipe(self, site: Path, slug: str) -> list[str]:
+        script = str(self.repo / "fixes" / "apply_all.py")
+        return [self.python, script, "--recipe", slug, "--site", str(site)]
+
+    def knows_recipes(self) -> bool:
+        """Whether the engine under test takes ``apply --recipe`` (engines before issue 29 do not)."""
+        return (self.repo / "fixpack" / "commands" / "launch.py").is_file()
+
     def fixpack(self, *args: str) -> list[str]:
         return [self.python, "-m", "fixpack", *args]
 

@@ -64,6 +64,14 @@ def _main_rows(s: dict[str, Series]) -> list[str]:
         f"| {ratio(warm.median, s['warm_floor'].median)} | {warm_peers} | {warm.peak_mib:.0f} MiB |",
         f"| revert (all) | {ms(revert.median)} | | | | {revert.peak_mib:.0f} MiB |",
     ]
+    if _ran(s, "recipe_cold"):
+        rc, rr = s["recipe_cold"].median, s["recipe_rerun"].median
+        rows += [
+            f"| cold `--recipe` start (the same fix set) | {ms(rc)} | {ms(cold.median)} (cold `--profile` apply) "
+            f"| {ratio(rc, cold.median)} | | |",
+            f"| `--recipe` re-run (all applied: the full path) | {ms(rr)} | {ms(warm.median)} (warm re-run) "
+            f"| {ratio(rr, warm.median)} | | |",
+        ]
     if _ran(s, "apply_import"):
         both, stock = s["apply_import"].median, s["stock_import"].median
         rows.append(

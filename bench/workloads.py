@@ -10,7 +10,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from .beds import Bed
+from .beds import Bed, recipe_for
 from .engine import PROFILE, Tools
 from .measure import Series, log, must, peak, run, run_together
 
@@ -29,6 +29,8 @@ MAIN = (
     "revert",
     "py_start",
     "py_start_bare",
+    "recipe_cold",
+    "recipe_rerun",
 )
 
 # The peers' tools: a row whose tool is not installed is skipped, and the report says why.
@@ -60,6 +62,9 @@ def bench_main(bed: Bed, tools: Tools, repeat: int, missing: Collection[str] = (
     patch_check = ["patch", "-p1", "-s", "-R", "--dry-run", "-i", str(bed.patch_file)]
     revert_cmd = tools.fixpack("revert", "--site", str(bed.site))
     has_git, has_patch = "git" not in missing, "patch" not in missing
+    # A --recipe start of the same fix set: always the full path (its rules read the environment).
+    slug = recipe_for(bed.cookbook, bed.opt_ins) if tools.knows_recipes() else None
+    recipe_cmd = tools.apply_recipe(bed.site, slug) if slug else None
 
     # Warm-up round (not timed): peak RSS of each contender, and the peers must leave the same bytes.
     bed.reset()
@@ -113,6 +118,10 @@ def bench_main(bed: Bed, tools: Tools, repeat: int, missing: Collection[str] = (
         s["py_start_bare"].add(must(run([tools.python, "-I", "-S", "-c", "pass"], cwd=cwd), "python -I -S"))
         if bed.hashes() != bed.pristine_hashes():
             log("warning: revert did not give back the pristine files")
+        if recipe_cmd is not None:
+            bed.reset()
+            s["recipe_cold"].add(must(run(recipe_cmd, env=env, cwd=cwd), "cold --recipe start"))
+            s["recipe_rerun"].add(must(run(recipe_cmd, env=env, cwd=cwd), "--recipe re-run"))
     bed.reset()
     return s
 
