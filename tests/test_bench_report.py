@@ -150,3 +150,25 @@ def test_reset_removes_the_bytecode_of_created_modules_and_restores_the_release_
     assert release.read_bytes() == stock
     assert not (site / "pkg" / "new.py").exists()
     assert not Path(importlib.util.cache_from_source(str(site / "pkg" / "new.py"))).exists()
+
+
+def test_a_recipe_start_is_shown_beside_the_profile_apply_only_when_it_ran():
+    base = dict(cold=0.200, compile_floor=0.100, hash_floor=0.040, warm=0.050, warm_floor=0.040, revert=0.1)
+    assert not [r for r in _main_rows(_main(**base)) if "--recipe" in r]  # an engine without recipes
+    rows = [r for r in _main_rows(_main(**base, recipe_cold=0.250, recipe_rerun=0.150)) if "--recipe" in r]
+    assert len(rows) == 2
+    assert "250 ms" in rows[0] and "200 ms (cold `--profile` apply)" in rows[0] and "1.2x" in rows[0]
+    assert "150 ms" in rows[1] and "50 ms (warm re-run)" in rows[1] and "3.0x" in rows[1]
+
+
+def test_the_recipe_row_finds_the_recipe_of_the_bed_s_fix_set(tmp_path):
+    from bench.beds import recipe_for
+
+    folder = tmp_path / "recipes" / "org" / "model"
+    folder.mkdir(parents=True)
+    (folder / "recipe.yaml").write_text(
+        "meta: {slug: one}\nfixes: {profile: v0.26.0, opt_ins: [b, a]}\n", encoding="utf-8"
+    )
+    assert recipe_for(tmp_path, ["a", "b"]) == "one"
+    assert recipe_for(tmp_path, ["a"]) is None
+    assert recipe_for(tmp_path / "elsewhere", ["a", "b"]) is None
