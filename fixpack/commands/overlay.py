@@ -82,10 +82,8 @@ def _intact(overlay: Overlay, manifest: Manifest, plan: Plan, profile: Profile, 
         ):
             return False
     runtime = plugin.RUNTIME
-    return (
-        overlay.read(HOOK) == (runtime / "hook.py").read_bytes()
-        and overlay.read(f"{plugin.PACKAGE}/__init__.py") == (runtime / "check.py").read_bytes()
-        and overlay.read(f"{plugin.PACKAGE}/rules.py") == (runtime / "rules.py").read_bytes()
+    return overlay.read(HOOK) == (runtime / "hook.py").read_bytes() and all(
+        overlay.read(rel) == (runtime / source).read_bytes() for rel, source in plugin.CODE.items()
     )
 
 
@@ -131,7 +129,7 @@ def overlay_files(
         out[compiled[0]] = compiled[1]
     index = plugin.index("overlay", manifest, entries)
     out.update(plugin.files(index))
-    for rel in (HOOK, plugin.INDEX, f"{plugin.PACKAGE}/__init__.py"):
+    for rel in (HOOK, plugin.INDEX, *plugin.CODE):
         targets[str(overlay.root / rel)] = sha256(out[rel])
     return out, targets
 

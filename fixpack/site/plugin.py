@@ -1,8 +1,8 @@
 """The runtime check's distribution, ``fixpack-runtime-check``: a vLLM general plugin that
 ``apply`` installs with the fixes (beside the other dist-info in place; inside the overlay folder
 for an overlay), so that every vLLM process checks it runs the patched code and says so in one
-line. Its files are written here as bytes; the code is ``fixpack/runtime/check.py`` and, beside
-it, ``fixpack/runtime/rules.py`` (the recipes' rule evaluator), copied.
+line. Its files are written here as bytes; the code is ``fixpack/runtime/check.py`` (with
+``agree.py``, the rank agreement, and ``rules.py``, the recipes' rule evaluator), copied.
 
 Its own dist-info (METADATA, entry_points.txt, INSTALLER, RECORD) makes it a distribution of its
 own, found by ``importlib.metadata.entry_points(group="vllm.general_plugins")`` like any other;
@@ -21,7 +21,9 @@ from .distributions import Distribution
 from .manifest import Manifest
 from .record import render_record, row_for
 
-__all__ = ["NAME", "PACKAGE", "DIST_INFO", "RUNTIME", "module_name", "index", "files", "pyc", "in_place", "prune"]
+__all__ = [
+    "NAME", "PACKAGE", "DIST_INFO", "RUNTIME", "CODE", "module_name", "index", "files", "pyc", "in_place", "prune",
+]  # fmt: skip
 
 NAME = "fixpack-runtime-check"
 PACKAGE = "fixpack_runtime_check"
@@ -30,6 +32,14 @@ DIST_INFO = f"{PACKAGE}-{VERSION}.dist-info"
 GROUP = "vllm.general_plugins"
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"  # the code copied into the plugin and the overlay
 INDEX = f"{PACKAGE}/index.json"
+# The plugin's modules (path relative to the site -> file in fixpack/runtime): the check vLLM calls,
+# the rank agreement the fix fix-set-agreement calls from vLLM's distributed set-up, and the
+# evaluator of a recipe's rules on the environment, which the check runs.
+CODE = {
+    f"{PACKAGE}/__init__.py": "check.py",
+    f"{PACKAGE}/agree.py": "agree.py",
+    f"{PACKAGE}/rules.py": "rules.py",
+}
 
 
 def module_name(path: str) -> str | None:
@@ -73,10 +83,10 @@ def pyc(source_path: str, content: bytes) -> tuple[str, bytes] | None:
 def files(index_bytes: bytes) -> dict[str, bytes]:
     """The plugin's files, by path relative to the folder on sys.path that holds it."""
     out = {INDEX: index_bytes}
-    for name, source in (("__init__.py", "check.py"), ("rules.py", "rules.py")):
+    for rel, source in CODE.items():
         code = (RUNTIME / source).read_bytes()
-        out[f"{PACKAGE}/{name}"] = code
-        compiled = pyc(f"{PACKAGE}/{name}", code)
+        out[rel] = code
+        compiled = pyc(rel, code)
         if compiled is not None:
             out[compiled[0]] = compiled[1]
     out[f"{DIST_INFO}/METADATA"] = (

@@ -1,0 +1,88 @@
+"""What the rank agreement adds to a rank's start: N CPU ranks (2, 4, 8), each a process with a
+real torch.distributed default group (gloo, a tcp:// rendezvous store on 127.0.0.1) and fixpack's
+runtime check package as apply writes it (one fix set for all), call ``agree()`` right after a
+barrier, as they would once vLLM's groups exist. Each rank times its own call; the figure per run
+is the slowest rank's (the start waits for it), over ``--repeat`` runs: median and max.
+
+    PYTHONPATH=. python3 bench/agree.py [--ranks 2 4 8] [--repeat 5]
+
+Not part of bench/run.py: it needs torch, and it measures vLLM's start rather than fixpack's apply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from fixpack.site import plugin
+
+FIXES = ["sampling-rows-refresh", "hybrid-decode-pad", "rank-exception-fatal", "fix-set-agreement"]
+
+RANK = """
+import sys, time
+import torch.distributed as dist
+rank, world, port = map(int, sys.argv[1:4])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=world, rank=rank)
+from fixpack_runtime_check.agree import agree
+dist.barrier()
+start = time.perf_counter()
+agree()
+took = time.perf_counter() - start
+dist.barrier()  # rank 0 holds the store: nobody leaves before every rank has read it
+print(f"{took * 1000:.3f}", flush=True)
+"""
+
+
+def _package(folder: Path) -> None:
+    index = {"format": 1, "mode": "in-place", "profile": "v0.26.0", "release": "v0.26.0", "files": []}
+    index.update(fixes=FIXES, fix_set={"digest": "0123456789abcdef", "fixes": FIXES})
+    for rel, content in plugin.files(json.dumps(index).encode()).items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes(content)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_run(folder: Path, world: int) -> float:
+    """The slowest rank's agreement, in ms."""
+    env = dict(os.environ, PYTHONPATH=str(folder), FIXPACK_RUNTIME_CHECK="stop")
+    port = _port()
+    procs = [
+        subprocess.Popen([sys.executable, "-c", RANK, str(r), str(world), str(port)], env=env, stdout=subprocess.PIPE)
+        for r in range(world)
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit(f"bench/agree.py: a rank failed (world {world})")
+    return max(float(o.decode().strip().splitlines()[-1]) for o in outs)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="bench/agree.py")
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--repeat", type=int, default=5)
+    ns = parser.parse_args()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"rank agreement, {cores} CPU cores, {ns.repeat} runs each: the slowest rank's agree() per run")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        _package(folder)
+        for world in ns.ranks:
+            runs = [one_run(folder, world) for _ in range(ns.repeat)]
+            print(f"  {world} ranks: median {statistics.median(runs):.1f} ms, max {max(runs):.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
