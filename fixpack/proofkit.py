@@ -193,7 +193,25 @@ def run_request(request: dict[str, Any]) -> int:
     if request.get("threads") and torch is not None:
         torch.set_num_threads(int(request["threads"]))
     trees = Trees(*(None if request[k] is None else Path(request[k]) for k in ("vllm_gaudi", "vllm")))
-    return _child(Path(request["proof"]), trees)
+    return _measured(request.get("coverage"), Path(request["proof"]), trees)
+
+
+def _measured(coverage_rc: str | None, proof_file: Path, trees: Trees) -> int:
+    """Run the proof, under coverage.py when ``coverage_rc`` names its configuration (written by
+    ``verify --coverage``: where to write, what to measure, and to measure the worker processes a
+    proof starts too). Saved here, not at exit: a forked proof child leaves with ``os._exit``,
+    which skips coverage's exit hook."""
+    if not coverage_rc:
+        return _child(proof_file, trees)
+    import coverage
+
+    cov = coverage.Coverage(config_file=coverage_rc, data_suffix=True)
+    cov.start()
+    try:
+        return _child(proof_file, trees)
+    finally:
+        cov.stop()
+        cov.save()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,9 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--vllm-gaudi", type=Path)
     run.add_argument("--vllm", type=Path)
     run.add_argument("--json", action="store_true")
+    run.add_argument("--coverage", metavar="RCFILE", help="measure the proof with this coverage.py configuration")
     ns = parser.parse_args(argv)
     trees = Trees(ns.vllm_gaudi, ns.vllm)
-    code = _child(ns.proof.resolve(), trees)
+    code = _measured(ns.coverage, ns.proof.resolve(), trees)
     if ns.json:
         print(json.dumps({"code": code}))
     return code
