@@ -131,14 +131,14 @@ def rcfile(data_dir: Path, include: list[str]) -> str:
     return str(rc)
 
 
-def measured(fix: str, lines: list[Line], data_dir: Path | None, unreachable: dict[str, str]) -> FixCoverage:
-    """What the proof run writing into ``data_dir`` (None: no proof ran) ran of ``lines``."""
+def measured(fix: str, lines: list[Line], data_dir: Path, unreachable: dict[str, str]) -> FixCoverage:
+    """What the proof run writing into ``data_dir`` ran of ``lines`` (a fix without a proof: none)."""
     import coverage
     from coverage.parser import PythonParser
 
-    cov = coverage.Coverage(data_file=str(Path(data_dir or ".") / ".coverage"), config_file=False)
+    cov = coverage.Coverage(data_file=str(data_dir / ".coverage"), config_file=False)
     executed: dict[str, set[int]] = {}
-    if data_dir is not None and any(data_dir.glob(".coverage.*")):
+    if any(data_dir.glob(".coverage.*")):
         cov.combine([str(data_dir)], keep=False)
         data = cov.get_data()
         executed = {os.path.realpath(f): set(data.lines(f) or ()) for f in data.measured_files()}

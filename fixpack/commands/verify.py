@@ -128,7 +128,7 @@ def verify_profile(
                 _judge_proof(catalog.fixes[fid], verdicts[fid], runs)
         for fid, fl in lines.items():
             fix = catalog.fixes[fid]
-            report = measured(fid, fl, data_dirs[fid] if fix.proof.script else None, dict(fix.proof.unreachable))
+            report = measured(fid, fl, data_dirs[fid], dict(fix.proof.unreachable))
             verdicts[fid].coverage = report
             verdicts[fid].failures += report.failures()
         if mutants:
