@@ -123,6 +123,7 @@ class Proof:
     reason: str = ""
     script: str | None = None  # path of proof.py, when the fix has one
     harmless: tuple[tuple[str, str], ...] = ()  # (mutant id, why): survivors of verify --mutants explained
+    unreachable: tuple[tuple[str, str], ...] = ()  # (added line id, why): lines verify --coverage need not see run
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,11 @@ imports of one proof never leak into another, or into fixpack.
 """
 
 from __future__ import annotations
+import __future__
 
 import argparse
 import ast
+import copy
 import functools
 import json
 import os
@@ -26,10 +28,11 @@ import textwrap
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from unittest import mock
 
 PASSED, BUG_PRESENT, ERROR = 0, 1, 2
+T = TypeVar("T", bound=ast.AST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,22 +85,57 @@ def load_source(path: Path | str, qualname: str) -> str:
     return textwrap.dedent("".join(lines[first - 1 : node.end_lineno]))
 
 
+def load_node(path: Path | str, qualname: str) -> Any:
+    """A copy of the node of a module-level function, class or method, from the parse of the whole
+    file: its line and column numbers are the file's, so code compiled from it (with
+    :func:`compile_nodes`) reports the file's own lines to tracebacks and coverage."""
+    return copy.deepcopy(_find_node(_read_parsed(path)[1], qualname))
+
+
+def beyond_end(path: Path | str) -> int:
+    """A line number past the file's last line, for nodes fixpack adds around the file's own."""
+    text, _ = _read_parsed(path)
+    return len(text.splitlines()) + 1
+
+
+def added_at(node: T, path: Path | str) -> T:
+    """Place every node of ``node`` (a wrapper a proof builds, before any of the file's own nodes go
+    into it) past the end of ``path``: compiled under the file's name, a wrapper on a real line
+    would make coverage count that line as run, or a traceback point at an unrelated line."""
+    line = beyond_end(path)
+    for sub in ast.walk(node):
+        if "lineno" in sub._attributes:
+            sub.lineno = sub.end_lineno = line  # type: ignore[attr-defined]
+            sub.col_offset = sub.end_col_offset = 0  # type: ignore[attr-defined]
+    return node
+
+
+def compile_nodes(path: Path | str, nodes: list[ast.stmt]) -> types.CodeType:
+    """Compile statements taken from ``path`` (see :func:`load_node`) under the file's real name.
+
+    Every node must carry a position already (the file's, or one from :func:`added_at`): filling in
+    missing ones would copy a neighbour's real line onto code the file does not have.
+    """
+    # Annotations stay unevaluated (as under ``from __future__ import annotations``): they name
+    # types from modules a proof cannot import, and a proof runs the code, not its signatures.
+    return compile(ast.Module(body=nodes, type_ignores=[]), str(path), "exec",
+                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+
+
 def load_function(path: Path | str, qualname: str, namespace: dict[str, Any] | None = None) -> Any:
     """Compile one function (or class) from ``path`` into ``namespace`` and return it.
 
     ``namespace`` stands in for the module's globals: put there the names the function uses. A
     method comes back as a plain function taking ``self`` first. Decorators are dropped, since
-    they usually come from modules that cannot be imported here.
+    they usually come from modules that cannot be imported here. The code keeps the file's name
+    and line numbers.
     """
-    source = load_source(path, qualname)
-    tree = ast.parse(source)
-    node = tree.body[0]
+    node = load_node(path, qualname)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         node.decorator_list = []
     glb: dict[str, Any] = {"__name__": f"proof:{qualname}", "__builtins__": __builtins__}
     glb.update(namespace or {})
-    code = compile(ast.fix_missing_locations(tree), f"{path}:{qualname}", "exec")
-    exec(code, glb)
+    exec(compile_nodes(path, [node]), glb)
     return glb[qualname.rsplit(".", 1)[-1]]
 
 
@@ -155,7 +193,25 @@ def run_request(request: dict[str, Any]) -> int:
     if request.get("threads") and torch is not None:
         torch.set_num_threads(int(request["threads"]))
     trees = Trees(*(None if request[k] is None else Path(request[k]) for k in ("vllm_gaudi", "vllm")))
-    return _child(Path(request["proof"]), trees)
+    return _measured(request.get("coverage"), Path(request["proof"]), trees)
+
+
+def _measured(coverage_rc: str | None, proof_file: Path, trees: Trees) -> int:
+    """Run the proof, under coverage.py when ``coverage_rc`` names its configuration (written by
+    ``verify --coverage``: where to write, what to measure, and to measure the worker processes a
+    proof starts too). Saved here, not at exit: a forked proof child leaves with ``os._exit``,
+    which skips coverage's exit hook."""
+    if not coverage_rc:
+        return _child(proof_file, trees)
+    import coverage
+
+    cov = coverage.Coverage(config_file=coverage_rc, data_suffix=True)
+    cov.start()
+    try:
+        return _child(proof_file, trees)
+    finally:
+        cov.stop()
+        cov.save()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,9 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--vllm-gaudi", type=Path)
     run.add_argument("--vllm", type=Path)
     run.add_argument("--json", action="store_true")
+    run.add_argument("--coverage", metavar="RCFILE", help="measure the proof with this coverage.py configuration")
     ns = parser.parse_args(argv)
     trees = Trees(ns.vllm_gaudi, ns.vllm)
-    code = _child(ns.proof.resolve(), trees)
+    code = _measured(ns.coverage, ns.proof.resolve(), trees)
     if ns.json:
         print(json.dumps({"code": code}))
     return code

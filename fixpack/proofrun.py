@@ -43,7 +43,8 @@ def threads_per_proof(jobs: int) -> int:
     return max(1, cores // max(1, jobs))
 
 
-def proof_request(proof_file: Path, trees: Trees, threads: int | None = None) -> dict[str, Any]:
+def proof_request(proof_file: Path, trees: Trees, threads: int | None = None,
+                  coverage: str | None = None) -> dict[str, Any]:
     """Where a proof runs: its folder, and the proof's own cookbook first on the path (for its
     fixes/_support helpers), then the fixpack it runs with."""
     repo_root = Path(__file__).resolve().parent.parent
@@ -55,6 +56,7 @@ def proof_request(proof_file: Path, trees: Trees, threads: int | None = None) ->
         "cwd": str(proof_file.parent),
         "path": [str(cookbook), str(repo_root)],
         "threads": threads,
+        "coverage": coverage,
     }
 
 
@@ -69,10 +71,12 @@ def start_server() -> None:
         shared()
 
 
-def run_proof(proof_file: Path, trees: Trees, timeout: float = 600.0, threads: int | None = None) -> ProofRun:
+def run_proof(proof_file: Path, trees: Trees, timeout: float = 600.0, threads: int | None = None,
+              coverage: str | None = None) -> ProofRun:
     """Run a proof in a process of its own (with ``threads`` torch threads: default, torch's own
-    choice); never raises for the proof's own failures."""
-    request = proof_request(proof_file, trees, threads)
+    choice; under coverage.py given ``coverage``, a configuration file, see ``proofkit``); never raises for the proof's
+    own failures."""
+    request = proof_request(proof_file, trees, threads, coverage)
     if _forking():
         return ProofRun(*shared().run(request, timeout))
     return _run_fresh(request, timeout)
@@ -83,6 +87,8 @@ def _run_fresh(request: dict[str, Any], timeout: float) -> ProofRun:
     for flag, key in (("--vllm-gaudi", "vllm_gaudi"), ("--vllm", "vllm")):
         if request[key] is not None:
             args += [flag, request[key]]
+    if request.get("coverage"):
+        args += ["--coverage", request["coverage"]]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([*request["path"], os.environ.get("PYTHONPATH", "")]))
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # proofs must not leave __pycache__ in the trees
     if request["threads"]:

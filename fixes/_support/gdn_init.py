@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from fixpack.proofkit import parse_file
+from fixpack.proofkit import added_at, compile_nodes, parse_file
 
 RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
 
@@ -81,12 +81,13 @@ def gdn_start(root: Path, *, prefix_caching: bool, env: dict[str, str] | None = 
     has 36 of 48) under ``env`` (the variables the runner reads; the others unset)."""
     gdn_block, compact = _init_statements(root / RUNNER)
     body = [gdn_block, compact]
-    module = ast.parse("def _gdn_start(self, vllm_config):\n    pass\n")
-    module.body[0].body = body  # type: ignore[attr-defined]
-    module = ast.fix_missing_locations(module)
+    # The statements keep their own lines; the wrapper function goes past the file's end.
+    wrapper = added_at(ast.parse("def _gdn_start(self, vllm_config):\n    pass\n").body[0], root / RUNNER)
+    assert isinstance(wrapper, ast.FunctionDef)
+    wrapper.body = body
     start = Start(None, None, {})
     glb: dict[str, Any] = {"os": os, "logger": _Log(start), "__builtins__": __builtins__}
-    exec(compile(module, f"{root / RUNNER}:HPUModelRunner.__init__ (GDN set-up)", "exec"), glb)
+    exec(compile_nodes(root / RUNNER, [wrapper]), glb)
 
     def layers(parallel_config: Any, block_type: str) -> int:
         return num_gdn_layers if block_type == "linear_attention" else 0  # Qwen3.5 layer_types

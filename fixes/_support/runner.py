@@ -24,20 +24,22 @@ from unittest import mock
 import numpy as np
 import torch
 
-from fixpack.proofkit import load_function, load_source
+from fixpack.proofkit import load_function
 
 
-def mock_globals(source: str, given: dict[str, Any]) -> dict[str, Any]:
-    """``given`` plus a MagicMock for every other global name the source uses (not builtins)."""
-    ns = dict(given)
-    stack = [compile(source, "<source>", "exec")]
+def load_mocked(path: Path, qualname: str, given: dict[str, Any]) -> Any:
+    """The tree's function ``qualname`` with globals ``given``, plus a MagicMock for every other
+    global name its code uses (not builtins), read off the compiled code itself."""
+    fn = load_function(path, qualname, given)
+    ns = fn.__globals__
+    stack = [fn.__code__]
     while stack:
         code = stack.pop()
         stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
         for name in code.co_names:
             if name not in ns and not hasattr(builtins, name):
                 ns[name] = mock.MagicMock(name=name)
-    return ns
+    return fn
 
 
 # Same field order as PrefillInputData; sample_tokens unpacks it with shallow_tuple.
@@ -72,7 +74,7 @@ def sample_tokens_globals(path: Path, **given: Any) -> dict[str, Any]:
         "ensure_multi_token_decodes_last": lambda *args, **kwargs: None,
         **given,
     }
-    base["shallow_tuple"] = load_function(path, "shallow_tuple", mock_globals(load_source(path, "shallow_tuple"), base))
+    base["shallow_tuple"] = load_mocked(path, "shallow_tuple", base)
     return base
 
 
@@ -82,7 +84,7 @@ def runner_class(path: Path, names: Iterable[str], base: dict[str, Any]) -> type
     methods: dict[str, Any] = {}
     for name in names:
         qualname = f"HPUModelRunner.{name}"
-        methods[name] = load_function(path, qualname, mock_globals(load_source(path, qualname), base))
+        methods[name] = load_mocked(path, qualname, base)
     return type("Runner", (RunnerStandIn,), methods)
 
 

@@ -40,7 +40,7 @@ from fixes._support.kv_cache import (
     initialize_kv_cache_globals,
     initialize_kv_cache_runner,
 )
-from fixpack.proofkit import Trees, load_function, parse_file
+from fixpack.proofkit import Trees, compile_nodes, load_function, parse_file
 
 RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
 MODULE = "vllm_gaudi/v1/worker/hpu_gdn_prefix_cache.py"
@@ -286,7 +286,7 @@ def check(trees: Trees) -> None:
     update_states = load_function(runner_py, "HPUModelRunner._update_states", ns)
     prepare_idxs = load_function(runner_py, "HPUModelRunner.prepare_mamba_state_idxs", ns)
     hooks = _post_forward_hooks(runner_py)
-    hook_code = compile(ast.Module(body=hooks, type_ignores=[]), f"{runner_py}:sample_tokens", "exec")
+    hook_code = compile_nodes(runner_py, hooks)
     if prefix_cache is not None:
         assert hooks, "the tree has hpu_gdn_prefix_cache.py but sample_tokens never saves a checkpoint"
         assert runner._gdn_prefix_cache is not None, "initialize_kv_cache did not build the GDN prefix cache"

@@ -21,6 +21,7 @@ import dataclasses
 import itertools
 import types
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional, Union
 from unittest import mock
@@ -30,7 +31,7 @@ import torch
 
 from fixes._support.input_batch import VOCAB, SamplingParams, load_input_batch, make_batch, make_request
 from fixes._support.runner import set_step_state
-from fixpack.proofkit import Trees, load_source, parse_file
+from fixpack.proofkit import Trees, added_at, compile_nodes, load_node, parse_file
 
 BLOCK = 16
 
@@ -74,7 +75,7 @@ def _module_names(tree: ast.Module) -> set[str]:
 
 
 def _compile_into(node: ast.stmt, ns: dict[str, Any], defs: dict[str, ast.stmt], others: set[str],
-                  filename: str) -> None:
+                  path: Path) -> None:
     """Execute ``node`` in ``ns``, first defining the runner's module-level names it uses.
 
     The runner's own functions, classes and helpers are compiled from its source; names it imports
@@ -84,10 +85,10 @@ def _compile_into(node: ast.stmt, ns: dict[str, Any], defs: dict[str, ast.stmt],
         if isinstance(sub, ast.Name) and sub.id not in ns:
             if sub.id in defs:
                 ns[sub.id] = None
-                _compile_into(defs[sub.id], ns, defs, others, filename)
+                _compile_into(defs[sub.id], ns, defs, others, path)
             elif sub.id in others:
                 ns[sub.id] = mock.MagicMock(name=sub.id)
-    exec(compile(ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[])), filename, "exec"), ns)
+    exec(compile_nodes(path, [node]), ns)
 
 
 def load_runner(trees: Trees, ib: types.ModuleType) -> tuple[type, Any]:
@@ -104,23 +105,23 @@ def load_runner(trees: Trees, ib: types.ModuleType) -> tuple[type, Any]:
     }
     methods: dict[str, Any] = {}
     for name in METHODS:
-        node = ast.parse(load_source(path, f"HPUModelRunner.{name}")).body[0]
+        node = load_node(path, f"HPUModelRunner.{name}")
         assert isinstance(node, ast.FunctionDef)
         node.decorator_list = []
-        _compile_into(node, ns, defs, others, f"{path}:HPUModelRunner.{name}")
+        _compile_into(node, ns, defs, others, path)
         methods[name] = ns.pop(name)
     # sample_tokens up to the forward passes: the reorders and the prompt/decode split.
-    head = ast.parse(load_source(path, "HPUModelRunner.sample_tokens")).body[0]
+    head = load_node(path, "HPUModelRunner.sample_tokens")
     assert isinstance(head, ast.FunctionDef)
     for i, stmt in enumerate(head.body):
         if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "num_decodes"
                                                 for t in stmt.targets):
-            head.body = head.body[:i] + [ast.Return(ast.Name("pd_info", ast.Load()))]
+            head.body = head.body[:i] + [added_at(ast.Return(ast.Name("pd_info", ast.Load())), path)]
             break
     else:
         raise LookupError("HPUModelRunner.sample_tokens: no 'num_decodes = ...' statement")
     head.decorator_list, head.returns, head.name = [], None, "sample_tokens_head"
-    _compile_into(head, ns, defs, others, f"{path}:HPUModelRunner.sample_tokens")
+    _compile_into(head, ns, defs, others, path)
     methods["sample_tokens_head"] = ns.pop("sample_tokens_head")
     return type("Runner", (), methods), ns
 

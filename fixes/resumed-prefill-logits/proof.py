@@ -23,7 +23,7 @@ from unittest import mock
 import numpy as np
 import torch
 
-from fixpack.proofkit import Trees, load_function, load_source
+from fixpack.proofkit import Trees, compile_nodes, load_function, load_node
 
 RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
 INPUT_BATCH = "vllm_gaudi/v1/worker/hpu_input_batch.py"
@@ -86,7 +86,7 @@ def _loaders(trees: Trees) -> tuple[Any, Any, Any]:
     any_type: dict[str, Any] = {name: Any for name in (
         "MultiModalFeatureSpec", "SamplingParams", "LoRARequest", "PoolingParams", "PoolingStates")}
     ns: dict[str, Any] = {"dataclass": dataclass, "field": field, "Optional": Optional, "torch": torch, **any_type}
-    exec(compile(load_source(batch_py, "CachedRequestState"), f"{batch_py}:CachedRequestState", "exec"), ns)
+    exec(compile_nodes(batch_py, [load_node(batch_py, "CachedRequestState")]), ns)
     add_request = load_function(batch_py, "InputBatch.add_request", {
         "Optional": Optional, "torch": torch, "np": np, "_SAMPLING_EPS": 1e-5,
         "SamplingType": types.SimpleNamespace(GREEDY="greedy", RANDOM="random", RANDOM_SEED="random_seed"),
@@ -94,7 +94,7 @@ def _loaders(trees: Trees) -> tuple[Any, Any, Any]:
 
     rns: dict[str, Any] = {"dataclass": dataclass, "field": field, "Optional": Optional, "Any": Any,
                            "np": np, "torch": torch, "empty_list": lambda: field(default_factory=list)}
-    exec(compile(load_source(runner_py, "BatchContents"), f"{runner_py}:BatchContents", "exec"), rns)
+    exec(compile_nodes(runner_py, [load_node(runner_py, "BatchContents")]), rns)
     for name in ("round_up", "merge_contents", "shallow_tuple"):
         rns[name] = load_function(runner_py, name, rns)
     extract = load_function(runner_py, "HPUModelRunner._extract_prefill_batch_contents", rns)

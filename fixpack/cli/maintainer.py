@@ -55,6 +55,14 @@ PROFILE_HELP = "The release profile (default: the cookbook's only profile)."
     metavar="N",
     help="With --mutants: at most N mutants of each fix, spread over its hunks.",
 )
+@click.option(
+    "--coverage",
+    "with_coverage",
+    is_flag=True,
+    help="Also run each fix's proof on the patched tree under coverage.py and report the lines its hunks add "
+    "that the proof runs: every added statement must run or be declared in fix.toml "
+    "([[proof.unreachable]] line = ID, why = ...). Needs coverage.py.",
+)
 @SITE
 @guard(_verify_error)
 def verify(
@@ -65,6 +73,7 @@ def verify(
     jobs: int,
     with_mutants: bool,
     mutants_per_fix: int,
+    with_coverage: bool,
     site: Path | None,
 ) -> int:
     """For CI: every fix of each profile applies to the pinned sources, compiles, reverts exactly,
@@ -80,13 +89,16 @@ def verify(
     chosen = [book.profile(p) for p in profiles] if profiles else list(book.profiles.values())
     roots = parse_sources(sources)
     _proofs_can_run()
+    if with_coverage:
+        _coverage_can_run()
     for prof in chosen:
         missing = [p.dist for p in prof.pins if p.dist not in roots]
         if missing:
             hint = " ".join(f"--source {d}=DIR" for d in missing)
             raise UsageError(f"verify --profile {prof.name} needs the pristine trees: give {hint}")
     per_fix = mutants_per_fix if with_mutants else 0
-    verdicts = [v for prof in chosen for v in verify_profile(book, prof, roots, jobs=jobs, mutants=per_fix)]
+    verdicts = [v for prof in chosen for v in verify_profile(book, prof, roots, jobs=jobs, mutants=per_fix,
+                                                                    coverage=with_coverage)]
     if junit:
         junit.write_text(junit_xml(verdicts), encoding="utf-8")
     if as_json:
@@ -98,6 +110,8 @@ def verify(
         render.verify_human(verdicts)
         if with_mutants:
             render.mutants_human(verdicts, per_fix)
+        if with_coverage:
+            render.coverage_human(verdicts)
     return 0 if all(v.ok for v in verdicts) else 1
 
 
@@ -111,6 +125,16 @@ def _proofs_can_run() -> None:
         raise EnvironmentProblem(
             f"the proofs need {' and '.join(missing)}, which this Python lacks: "
             f"{Path(sys.executable).name} -m pip install {line} (port runs without them given --no-proofs)"
+        )
+
+
+def _coverage_can_run() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("coverage") is None:
+        raise EnvironmentProblem(
+            "verify --coverage needs coverage.py, which this Python lacks: "
+            f"{Path(sys.executable).name} -m pip install 'coverage>=7.10'"
         )
 
 

@@ -215,7 +215,34 @@ def show(f: Fix) -> None:
 
 def verify_json(verdicts: list[Any]) -> dict[str, Any]:
     keys = ("fix", "release", "profile", "applies", "compiles", "reverts", "proof", "failures")
-    return {"ok": all(v.ok for v in verdicts), "results": [{k: getattr(v, k) for k in keys} for v in verdicts]}
+    results = []
+    for v in verdicts:
+        result = {k: getattr(v, k) for k in keys}
+        if v.coverage is not None:  # with --coverage
+            result["coverage"] = v.coverage.to_json()
+        results.append(result)
+    return {"ok": all(v.ok for v in verdicts), "results": results}
+
+
+def coverage_human(verdicts: list[Any]) -> None:
+    reports = [v.coverage for v in verdicts if v.coverage is not None]
+    print("coverage: the statements each fix adds that its proof runs on the patched tree")
+    width = max((len(c.fix) for c in reports), default=0)
+    for c in reports:
+        covered = len(c.lines) - len(c.unrun) - len(c.excluded)
+        excluded = f", {len(c.excluded)} unreachable (fix.toml)" if c.excluded else ""
+        print(f"  {c.fix:<{width}}  {covered}/{len(c.lines)} run{excluded}")
+        for ln in c.unrun:
+            print(f"      not run {ln.id}: {ln.where}")
+        for ln in c.excluded:
+            print(f"      unreachable {ln.id}: {ln.where}: {c.unreachable[ln.id]}")
+        if c.unmatched:
+            print(f"      declared unreachable, but no such unrun line (run now, or no such line): "
+                  f"{', '.join(c.unmatched)}")
+    covered = sum(len(c.lines) - len(c.unrun) - len(c.excluded) for c in reports)
+    total, excluded = sum(len(c.lines) for c in reports), sum(len(c.excluded) for c in reports)
+    unrun = sum(len(c.unrun) for c in reports)
+    print(f"fixpack verify --coverage: {covered}/{total} added statements run, {excluded} unreachable, {unrun} not run")
 
 
 def _yn(flag: bool) -> str:

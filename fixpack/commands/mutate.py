@@ -27,7 +27,7 @@ from ..proofkit import PASSED
 from ..proofrun import run_proof, threads_per_proof
 from .trees import link_trees, proof_trees, put
 
-__all__ = ["MutantRun", "FixMutants", "mutate"]
+__all__ = ["MutantRun", "FixMutants", "chain_contents", "mutate"]
 
 # A slip can make the code loop for ever; a proof that has not finished by then counts as caught.
 MUTANT_TIMEOUT = 120.0
@@ -91,7 +91,7 @@ class _Job:
     patched: bytes | None  # the same file as the whole pack makes it
 
 
-def _contents(pristine: bytes | None, chain: list[Change]) -> list[bytes | None] | None:
+def chain_contents(pristine: bytes | None, chain: list[Change]) -> list[bytes | None] | None:
     """The file before each change of the chain and after the last; None if a change does not apply."""
     out = [pristine]
     try:
@@ -156,7 +156,7 @@ def mutate(
         pin = profile.pin_for_path(path)
         assert pin is not None
         target = pristine_roots[pin.dist] / path
-        contents = _contents(target.read_bytes() if target.exists() else None, chain)
+        contents = chain_contents(target.read_bytes() if target.exists() else None, chain)
         if contents is not None:
             files[path] = (chain, contents)
     report = {f.id: FixMutants(f.id, harmless=dict(f.proof.harmless)) for f in fixes}

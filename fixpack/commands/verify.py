@@ -24,6 +24,7 @@ from ..proofkit import BUG_PRESENT, PASSED
 from ..proofrun import run_proof, start_server, threads_per_proof
 from . import lock
 from .mutate import FixMutants, mutate
+from .proofcover import FixCoverage, fix_lines, measured, rcfile
 from .trees import copy_trees, link_trees, proof_trees, put, tail
 
 __all__ = ["FixVerdict", "verify_profile", "junit"]
@@ -40,6 +41,7 @@ class FixVerdict:
     proof: ProofVerdict = ProofVerdict.NONE
     failures: list[str] = field(default_factory=list)
     mutants: FixMutants | None = None  # with --mutants
+    coverage: FixCoverage | None = None  # with --coverage
 
     @property
     def ok(self) -> bool:
@@ -68,10 +70,13 @@ def _metadata_failures(fix: Fix) -> list[str]:
 
 
 def verify_profile(
-    catalog: Catalog, profile: Profile, sources: dict[str, Path], jobs: int = 2, mutants: int = 0
+    catalog: Catalog, profile: Profile, sources: dict[str, Path], jobs: int = 2, mutants: int = 0,
+    coverage: bool = False,
 ) -> list[FixVerdict]:
     """Every check of every fix of the profile; with ``mutants``, also up to that many mutants of
-    each fix whose proof holds (see ``mutate``), a survivor not recorded as harmless a failure."""
+    each fix whose proof holds (see ``mutate``), a survivor not recorded as harmless a failure;
+    with ``coverage``, the lines each fix adds that its proof runs on the patched tree (see
+    ``proofcover``), an unrun one not declared unreachable a failure."""
     if any(catalog.fixes[fid].proof.script for fid in profile.pack):
         start_server()
     verdicts = {fid: FixVerdict(fid, profile.release, profile.name) for fid in profile.pack}
@@ -102,15 +107,30 @@ def verify_profile(
             "patched": proof_trees(profile, patched_roots),
         }
         threads = threads_per_proof(jobs)
+        lines = fix_lines(catalog, profile, pristine_roots, patched_roots) if coverage else {}
+        include = sorted({ln.file for fl in lines.values() for ln in fl})
+        data_dirs = {fid: Path(tmp) / "coverage" / fid for fid in lines}
+
+        rcs = {fid: rcfile(data_dirs[fid], include) for fid in data_dirs}
+
+        def measure(fid: str, which: str) -> str | None:
+            return rcs.get(fid) if which == "patched" else None
+
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             runs = {
-                (fid, which): pool.submit(run_proof, Path(fix.proof.script), trees[which], threads=threads)
+                (fid, which): pool.submit(run_proof, Path(fix.proof.script), trees[which], threads=threads,
+                                          coverage=measure(fid, which))
                 for fid in profile.pack
                 if (fix := catalog.fixes[fid]).proof.script
                 for which in ("pristine", "patched")
             }
             for fid in profile.pack:
                 _judge_proof(catalog.fixes[fid], verdicts[fid], runs)
+        for fid, fl in lines.items():
+            fix = catalog.fixes[fid]
+            report = measured(fid, fl, data_dirs[fid], dict(fix.proof.unreachable))
+            verdicts[fid].coverage = report
+            verdicts[fid].failures += report.failures()
         if mutants:
             proven = [f for f, v in verdicts.items() if v.proof in (ProofVerdict.DEMONSTRATED, ProofVerdict.PARTIAL)]
             scratch = Path(tmp) / "mutants"

@@ -55,6 +55,12 @@ def load_fix(fix_dir: Path) -> Fix:
     harmless = tuple((field(e, "mutant", str, where), field(e, "why", str, where).strip()) for e in entries)
     if any(not why for _, why in harmless):
         raise invalid(where, "each [[proof.harmless]] needs a why: the reason that mutant is harmless")
+    lines = proof.get("unreachable", [])
+    if not isinstance(lines, list) or not all(isinstance(e, dict) for e in lines):
+        raise invalid(where, "proof.unreachable must be [[proof.unreachable]] tables (line = ID, why = ...)")
+    unreachable = tuple((field(e, "line", str, where), field(e, "why", str, where, "").strip()) for e in lines)
+    if any(not why for _, why in unreachable):
+        raise invalid(where, "each [[proof.unreachable]] needs a why: the reason a proof on CPU cannot run that line")
     script = fix_dir / "proof.py"
     if level != "none" and not script.exists():
         raise invalid(where, f"proof.level {level!r} but {script.name} is missing")
@@ -105,7 +111,7 @@ def load_fix(fix_dir: Path) -> Fix:
         supersedes=tuple(field(data, "supersedes", list, where, [])),
         opt_in=field(data, "opt_in", bool, where, False),
         upstream=Upstream(status, field(upstream, "ref", str, where, ""), field(upstream, "note", str, where, "")),
-        proof=Proof(level, reason, str(script) if script.exists() else None, harmless),
+        proof=Proof(level, reason, str(script) if script.exists() else None, harmless, unreachable),
         verified_on=field(data, "verified_on", str, where, ""),
         changes=changes,
         source=str(fix_dir),

@@ -31,7 +31,7 @@ from .fingerprint import of
 from .patch import FileDiff, Hunk
 from .rebuild import compile_error
 
-__all__ = ["Mutant", "Target", "mutants"]
+__all__ = ["Mutant", "Target", "added_lines", "mutants"]
 
 _CMP = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "=="}
 _BOOL = {"True": "False", "False": "True", "None": "True"}
@@ -241,6 +241,18 @@ def _added_rows(fd: FileDiff, before: bytes | None) -> list[list[int]]:
         if line.startswith("\x00"):
             rows[int(line[1:].split(":", 1)[0])].append(row)
     return rows
+
+
+def added_lines(targets: Sequence[Target]) -> list[tuple[str, str, int]]:
+    """Every line the fix adds, as ``(id, path, row)``: the hunk-relative id its mutants use
+    (``h2:+4``, hunks counted across the fix's files as for mutants) and its 1-based row in
+    ``path`` as the fix leaves it (applied to ``before``)."""
+    out, number = [], 0
+    for target in targets:
+        for rows in _added_rows(target.diff, target.before):
+            number += 1
+            out += [(f"h{number}:+{j + 1}", target.diff.path, row) for j, row in enumerate(rows)]
+    return out
 
 
 def _code(content: bytes | None) -> str | None:
