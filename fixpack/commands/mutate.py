@@ -27,7 +27,7 @@ from ..proofkit import PASSED
 from ..proofrun import run_proof, threads_per_proof
 from .trees import link_trees, proof_trees, put
 
-__all__ = ["MutantRun", "FixMutants", "chain_contents", "mutate"]
+__all__ = ["MutantRun", "FixMutants", "chain_contents", "mutate", "pack_files"]
 
 # A slip can make the code loop for ever; a proof that has not finished by then counts as caught.
 MUTANT_TIMEOUT = 120.0
@@ -102,6 +102,22 @@ def chain_contents(pristine: bytes | None, chain: list[Change]) -> list[bytes | 
     return out
 
 
+def pack_files(
+    fixes: list[Fix], profile: Profile, pristine_roots: dict[str, Path]
+) -> dict[str, tuple[list[Change], list[bytes | None]]]:
+    """Each file the pack edits: its chain of changes and the content before each change and after
+    the last (a file where the pack does not apply is left out: verify reports it)."""
+    files: dict[str, tuple[list[Change], list[bytes | None]]] = {}
+    for path, chain in chains(fixes, profile.release).items():
+        pin = profile.pin_for_path(path)
+        assert pin is not None
+        target = pristine_roots[pin.dist] / path
+        contents = chain_contents(target.read_bytes() if target.exists() else None, chain)
+        if contents is not None:
+            files[path] = (chain, contents)
+    return files
+
+
 def _jobs(fix: Fix, profile: Profile, files: dict[str, tuple[list[Change], list[bytes | None]]]) -> Iterator[_Job]:
     """The fix's mutants as jobs, each with its whole-pack file; a mutant the later fixes of its
     file cannot be applied over is passed over."""
@@ -151,14 +167,7 @@ def mutate(
     """Run up to ``per_fix`` mutants of each fix in ``proven`` (those whose proof verify has
     demonstrated); every other fix of the pack is reported as skipped, with the reason."""
     fixes = [catalog.fixes[f] for f in profile.pack]
-    files: dict[str, tuple[list[Change], list[bytes | None]]] = {}
-    for path, chain in chains(fixes, profile.release).items():
-        pin = profile.pin_for_path(path)
-        assert pin is not None
-        target = pristine_roots[pin.dist] / path
-        contents = chain_contents(target.read_bytes() if target.exists() else None, chain)
-        if contents is not None:
-            files[path] = (chain, contents)
+    files = pack_files(fixes, profile, pristine_roots)
     report = {f.id: FixMutants(f.id, harmless=dict(f.proof.harmless)) for f in fixes}
     work: list[_Job] = []
     for fix in fixes:

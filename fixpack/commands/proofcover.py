@@ -20,9 +20,8 @@ from typing import Any
 from ..cookbook.catalog import Catalog
 from ..core import patch, rebuild
 from ..core.mutants import Target, added_lines
-from ..core.plan import chains
-from ..models import Change, Profile
-from .mutate import chain_contents
+from ..models import Profile
+from .mutate import pack_files
 
 __all__ = ["FixCoverage", "Line", "fix_lines", "measured", "rcfile"]
 
@@ -88,14 +87,7 @@ def _final_rows(after: bytes | None, final: bytes | None) -> dict[int, int]:
 def fix_lines(catalog: Catalog, profile: Profile, pristine_roots: dict[str, Path],
               patched_roots: dict[str, Path]) -> dict[str, list[Line]]:
     """Every line each fix of the pack adds to a Python file, placed in the whole-pack file."""
-    files: dict[str, tuple[list[Change], list[bytes | None]]] = {}
-    for path, chain in chains((catalog.fixes[f] for f in profile.pack), profile.release).items():
-        pin = profile.pin_for_path(path)
-        assert pin is not None
-        source = pristine_roots[pin.dist] / path
-        contents = chain_contents(source.read_bytes() if source.exists() else None, chain)
-        if contents is not None:
-            files[path] = (chain, contents)
+    files = pack_files([catalog.fixes[f] for f in profile.pack], profile, pristine_roots)
     out: dict[str, list[Line]] = {}
     for fid in profile.pack:
         targets, rows = [], {}
