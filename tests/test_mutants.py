@@ -108,6 +108,65 @@ def test_mutants_alternate_reverts_and_slips_over_the_hunks():
     assert ids[3].startswith("h1:+")  # hunk 2 changes only a comment and a string: nothing to mutate there
 
 
+DISPLAYS_BEFORE = """\
+def kinds(x, y):
+    return ()
+"""
+DISPLAYS_AFTER = """\
+def kinds(x: list[int], y: dict[str, int]) -> tuple[int, int]:
+    a, b = [1, 2], (3, 4)
+    pending = [x, y,
+               (a, b)]
+    table = {"k": a, "j": b}
+    z = x[a, b] + table["k"]
+    return (a, b) if isinstance(x, (int, float)) else {1, 2, 3}
+"""
+
+
+def _display_mutants() -> dict[str, str]:
+    diff = patch.render("pkg/kinds.py", DISPLAYS_BEFORE.encode(), DISPLAYS_AFTER.encode())
+    (fd,) = patch.parse(diff)
+    found = list(mutants([Target(fd, DISPLAYS_BEFORE.encode())]))
+    for m in found:
+        compile(m.after, m.path, "exec")
+    changed = {}
+    for m in found:
+        if ":elem:" in m.id:
+            (line,) = (a for a, b in zip(m.after.decode().splitlines(), DISPLAYS_AFTER.splitlines()) if a != b)
+            changed[m.id] = line.strip()
+    return changed
+
+
+def test_the_elem_slip_drops_one_element_of_a_display():
+    changed = _display_mutants()
+    assert changed == {
+        # the right side of the assignment is a tuple of two displays; the target is not a display
+        "h1:+2:elem:tuple:drop1": "a, b = (3, 4),",
+        "h1:+2:elem:tuple:drop2": "a, b = [1, 2],",
+        "h1:+2:elem:list:drop1": "a, b = [2], (3, 4)",
+        "h1:+2:elem:list:drop2": "a, b = [1], (3, 4)",
+        "h1:+2:elem:tuple:drop1#2": "a, b = [1, 2], (4,)",  # one element left: still a tuple
+        "h1:+2:elem:tuple:drop2#2": "a, b = [1, 2], (3,)",
+        # a display over two lines: each line's own elements
+        "h1:+3:elem:list:drop1": "pending = [y,",
+        "h1:+3:elem:list:drop2": "pending = [x,",
+        "h1:+4:elem:list:drop3": "]",
+        "h1:+4:elem:tuple:drop1": "(b,)]",
+        "h1:+4:elem:tuple:drop2": "(a,)]",
+        "h1:+5:elem:dict:drop1": 'table = {"j": b}',
+        "h1:+5:elem:dict:drop2": 'table = {"k": a}',
+        # h1:+6: an index and the annotations of h1:+1 are not displays
+        "h1:+7:elem:tuple:drop1": "return (b,) if isinstance(x, (int, float)) else {1, 2, 3}",
+        "h1:+7:elem:tuple:drop2": "return (a,) if isinstance(x, (int, float)) else {1, 2, 3}",
+        "h1:+7:elem:set:drop1": "return (a, b) if isinstance(x, (int, float)) else {2, 3}",
+        "h1:+7:elem:set:drop2": "return (a, b) if isinstance(x, (int, float)) else {1, 3}",
+        "h1:+7:elem:set:drop3": "return (a, b) if isinstance(x, (int, float)) else {1, 2}",
+        "h1:+7:elem:tuple:drop1#2": "return (a, b) if isinstance(x, (float,)) else {1, 2, 3}",
+        "h1:+7:elem:tuple:drop2#2": "return (a, b) if isinstance(x, (int,)) else {1, 2, 3}",
+    }
+    assert changed == _display_mutants()  # stable
+
+
 # f5 must return 55; this proof only checks that it returns at least 55, so 56 gets through.
 WEAK_PROOF = """
 from fixpack.proofkit import load_function

@@ -7,7 +7,11 @@ changed (``h1:+3:cmp:<=``: the third added line of hunk 1, its comparison made `
 - ``const``: an int literal +1 or -1, ``True`` <-> ``False``, ``None`` -> ``True``;
 - ``index``: a subscript ``[k]`` -> ``[k + 1]`` / ``[k - 1]``, a slice bound likewise;
 - ``cmp``: ``<`` <-> ``<=``, ``>`` <-> ``>=``, ``==`` <-> ``!=``;
-- ``arg``: one argument of a call dropped, or two positional arguments swapped.
+- ``arg``: one argument of a call dropped, or two positional arguments swapped;
+- ``elem``: one element of a list, tuple, set or dict display dropped (``h1:+3:elem:list:drop2``:
+  the second element of a list on that line). The element must sit on the added line; a
+  subscript (an index or a type's arguments), an annotation and an assignment target are not
+  displays.
 
 Ids are made from the patch alone (hunks counted across the fix's files in patch order), so a
 maintainer can record one in fix.toml as harmless. Only code is mutated: tokens come from the
@@ -35,7 +39,8 @@ __all__ = ["Mutant", "Target", "added_lines", "mutants"]
 
 _CMP = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "=="}
 _BOOL = {"True": "False", "False": "True", "None": "True"}
-_KINDS = ("cmp", "index", "const", "arg")
+_KINDS = ("cmp", "index", "const", "arg", "elem")
+_DISPLAYS: dict[type[ast.expr], str] = {ast.List: "list", ast.Tuple: "tuple", ast.Set: "set", ast.Dict: "dict"}
 # Subscripts of these are types, not indexing: mutating them says nothing about the fix.
 _GENERIC = {"list", "dict", "tuple", "set", "frozenset", "type", "Optional", "Union", "Callable"}
 
@@ -212,8 +217,80 @@ def _arg_slips(text: str, toks: list[tokenize.TokenInfo]) -> Iterator[_Slip]:
             yield _Slip(f"{callee}:swap{i + 1}-{i + 2}", f"{text[:lo]}{', '.join(swapped)}{text[hi:]}")
 
 
-def _line_slips(text: str, toks: list[tokenize.TokenInfo]) -> dict[str, list[_Slip]]:
-    """Every slip of one line (its text less the terminator, its tokens), by kind."""
+def _not_displays(tree: ast.AST) -> set[int]:
+    """The ids of the nodes whose brackets are not displays: everything in a subscript's brackets
+    (an index, or a type's arguments) and in an annotation."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        inside: list[ast.AST | None] = []
+        if isinstance(node, ast.Subscript):
+            inside.append(node.slice)
+        elif isinstance(node, ast.arg | ast.AnnAssign):
+            inside.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            inside.append(node.returns)
+        out.update(id(sub) for part in inside if part is not None for sub in ast.walk(part))
+    return out
+
+
+_Span = tuple[int, int, int, int]  # line, byte column, end line, end byte column (as ast gives them)
+
+
+def _elements(node: ast.AST) -> tuple[str, list[_Span]] | None:
+    """The kind of display ``node`` is and where each of its elements lies; None if it is not a
+    display (a store target is not), or one of its elements cannot be placed."""
+    kind = _DISPLAYS.get(type(node))
+    if kind is None or not isinstance(node, ast.expr) or isinstance(getattr(node, "ctx", None), ast.Store | ast.Del):
+        return None
+    if isinstance(node, ast.Dict):
+        if any(key is None for key in node.keys):  # a ** unpacking has no node for its stars
+            return None
+        pairs = [(key, value) for key, value in zip(node.keys, node.values) if key is not None]
+    else:
+        pairs = [(e, e) for e in getattr(node, "elts", [])]
+    return kind, [(a.lineno, a.col_offset, b.end_lineno or b.lineno, b.end_col_offset or 0) for a, b in pairs]
+
+
+def _drop(line: bytes, kind: str, spans: list[_Span], i: int) -> bytes:
+    """``line`` with element ``i`` of the display dropped, with its comma."""
+    row, lo, _, hi = spans[i]
+    if len(spans) == 2 and kind == "tuple" and all(s[0] == s[2] == row for s in spans):
+        (_, s0, _, e0), (_, s1, _, e1) = spans
+        kept = line[s1:e1] if i == 0 else line[s0:e0]
+        comma = b"" if line[e1:].lstrip().startswith(b",") else b","
+        return line[:s0] + kept + comma + line[e1:]  # one element left: still a tuple
+    if i + 1 < len(spans) and spans[i + 1][0] == row:
+        return line[:lo] + line[spans[i + 1][1] :]
+    if i and spans[i - 1][2] == row:
+        return line[: spans[i - 1][3]] + line[hi:]
+    rest = line[hi:]
+    return line[:lo] + (rest.lstrip()[1:] if rest.lstrip().startswith(b",") else rest)
+
+
+def _elem_slips(source: str, rows: set[int]) -> dict[int, list[_Slip]]:
+    """The dropped-element slips of the displays in ``source`` (the whole patched file) whose
+    element sits on one of ``rows``, by row; {} if the file does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    lines = [line.rstrip("\r\n").encode(patch.ENC, patch.ERRORS) for line in patch.split_lines(source)]
+    skip = _not_displays(tree)
+    out: dict[int, list[_Slip]] = {}
+    for node in ast.walk(tree):
+        display = None if id(node) in skip else _elements(node)
+        if display is None:
+            continue
+        kind, spans = display
+        for i, (row, _, end_row, _) in enumerate(spans):
+            if row == end_row and row in rows:
+                text = _drop(lines[row - 1], kind, spans, i).decode(patch.ENC, patch.ERRORS)
+                out.setdefault(row, []).append(_Slip(f"{kind}:drop{i + 1}", text))
+    return out
+
+
+def _line_slips(text: str, toks: list[tokenize.TokenInfo], elems: list[_Slip]) -> dict[str, list[_Slip]]:
+    """Every slip of one line (its text less the terminator, its tokens, its dropped elements), by kind."""
     handled: set[int] = set()
     index = list(_index_slips(text, toks, handled))
     return {
@@ -221,6 +298,7 @@ def _line_slips(text: str, toks: list[tokenize.TokenInfo]) -> dict[str, list[_Sl
         "index": index,
         "const": list(_const_slips(text, toks, handled)),
         "arg": list(_arg_slips(text, toks)),
+        "elem": elems,
     }
 
 
@@ -296,6 +374,7 @@ def _candidates(targets: Sequence[Target]) -> Iterator[Mutant]:
         tokens = _tokens(text) if path.endswith(".py") else {}
         rows = _added_rows(fd, target.before)
         code = _code(after) if path.endswith(".py") else None
+        elems = _elem_slips(text, {row for hunk_rows in rows for row in hunk_rows}) if path.endswith(".py") else {}
         for k, hunk in enumerate(fd.hunks):
             number += 1
             rest = fd.hunks[:k] + fd.hunks[k + 1 :]
@@ -309,7 +388,7 @@ def _candidates(targets: Sequence[Target]) -> Iterator[Mutant]:
             for j, row in enumerate(rows[k]):
                 line = lines[row - 1]
                 body = line.rstrip("\r\n")
-                for kind, slips in _line_slips(body, tokens.get(row, [])).items():
+                for kind, slips in _line_slips(body, tokens.get(row, []), elems.get(row, [])).items():
                     for slip in slips:
                         base = f"h{number}:+{j + 1}:{kind}:{slip.detail}"
                         seen[base] = seen.get(base, 0) + 1
