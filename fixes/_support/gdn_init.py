@@ -4,9 +4,10 @@
 ``if (self.num_mamba_like_layers > 0 and ... != "granitemoehybrid"):`` block that sets ``num_gdn``,
 defaults ``VLLM_USE_HYBRID_CACHE`` / ``VLLM_COMPACT_GDN``, and logs (or refuses) what it cannot
 serve; later, ``self._compact_gdn_enabled = ...`` reads ``VLLM_COMPACT_GDN`` once more to choose
-the compact slots. :func:`gdn_start` compiles those two statements out of the tree's file, as they
-are, and runs them with a stand-in ``self``, a given environment and a recording logger: what a
-worker does at start-up for that model and configuration, before any model is loaded.
+the compact slots, and the assignments after it set up their (empty) state. :func:`gdn_start`
+compiles those statements out of the tree's file, as they are, and runs them with a stand-in
+``self``, a given environment and a recording logger: what a worker does at start-up for that
+model and configuration, before any model is loaded.
 
 Used by the proofs of gdn-prefix-cache-guard and gdn-prefix-cache (``fixes._support.gdn_init``).
 """
@@ -14,6 +15,7 @@ Used by the proofs of gdn-prefix-cache-guard and gdn-prefix-cache (``fixes._supp
 from __future__ import annotations
 
 import ast
+import itertools
 import os
 import types
 from dataclasses import dataclass, field
@@ -26,7 +28,7 @@ from fixpack.proofkit import added_at, compile_nodes, parse_file
 RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
 
 
-def _init_statements(path: Path) -> tuple[ast.If, ast.Assign]:
+def _init_statements(path: Path) -> tuple[ast.If, list[ast.stmt]]:
     tree = parse_file(path)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
     init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
@@ -36,13 +38,21 @@ def _init_statements(path: Path) -> tuple[ast.If, ast.Assign]:
         and any("self.num_gdn" in ast.unparse(s) for s in n.body)
     ]
     compact = [
-        n for n in init.body
+        i for i, n in enumerate(init.body)
         if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "self._compact_gdn_enabled"
     ]
     if len(gdn_block) != 1 or len(compact) != 1:
         raise LookupError(f"{path}: HPUModelRunner.__init__'s GDN set-up not found "
                           f"({len(gdn_block)} GDN blocks, {len(compact)} _compact_gdn_enabled)")
-    return gdn_block[0], compact[0]
+    # The compact slots' state follows it: the assignments to self's GDN attributes, up to the
+    # first statement that sets something else.
+    state = list(itertools.takewhile(_sets_gdn_state, init.body[compact[0]:]))
+    return gdn_block[0], state
+
+
+def _sets_gdn_state(node: ast.stmt) -> bool:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return len(targets) == 1 and ast.unparse(targets[0]).startswith("self.") and "gdn" in ast.unparse(targets[0])
 
 
 @dataclass
@@ -79,8 +89,8 @@ def gdn_start(root: Path, *, prefix_caching: bool, env: dict[str, str] | None = 
               num_mamba_like: int | None = None, model_type: str = "qwen3_5_moe", kv_transfer: bool = False) -> Start:
     """Run the tree's GDN set-up for a model with ``num_gdn_layers`` GDN layers (Qwen3.5-122B-A10B
     has 36 of 48) under ``env`` (the variables the runner reads; the others unset)."""
-    gdn_block, compact = _init_statements(root / RUNNER)
-    body = [gdn_block, compact]
+    gdn_block, state = _init_statements(root / RUNNER)
+    body = [gdn_block, *state]
     # The statements keep their own lines; the wrapper function goes past the file's end.
     wrapper = added_at(ast.parse("def _gdn_start(self, vllm_config):\n    pass\n").body[0], root / RUNNER)
     assert isinstance(wrapper, ast.FunctionDef)

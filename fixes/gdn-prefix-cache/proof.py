@@ -12,8 +12,10 @@ Runs, on CPU, the tree's real code of a compact-GDN hybrid (two GDN groups and o
 - the post-forward statement of ``HPUModelRunner.sample_tokens`` that saves checkpoints (absent on
   the stock tree), and the tree's ``vllm_gaudi/v1/worker/hpu_gdn_prefix_cache.py`` if it exists.
 
-Also: ``GDNPrefixCache`` is the class the runner module's own imports bind (what its methods look up
-at run time), and compact GDN without prefix caching still runs its steps (no prefix cache built).
+Also: ``GDNPrefixCache`` is the class the runner module's own import binds (the import statement
+is run), the setups the prefix cache does not serve are refused when it is built, a warm-up request
+on the null block saves nothing, compact GDN without prefix caching still runs its steps (no prefix
+cache built), and the start-up of ``HPUModelRunner.__init__`` says what it serves.
 
 The bug: a request with a prefix-cache hit starts from its compact slot, which holds whatever its
 previous owner (or the request itself, after preemption) left there; nothing ever stores a state at
@@ -23,12 +25,14 @@ the block the scheduler hands out as the hit.
 from __future__ import annotations
 
 import ast
+import copy
 import importlib.util
 import logging
 import sys
 import types
 from pathlib import Path
 from typing import Any, cast
+from unittest import mock
 
 import numpy as np
 import torch
@@ -267,11 +271,7 @@ def check(trees: Trees) -> None:
     if prefix_cache is not None:
         # The class the runner module's own imports bind to that name (what initialize_kv_cache and
         # __init__'s annotation look up when they run); without such an import they raise NameError.
-        imported = _runner_imports(runner_py).get("GDNPrefixCache")
-        if imported != MODULE[:-3].replace("/", "."):
-            raise NameError(f"hpu_model_runner.py binds GDNPrefixCache from {imported!r}, not from {MODULE}: "
-                            "HPUModelRunner.__init__ and initialize_kv_cache raise NameError")
-        ns["GDNPrefixCache"] = prefix_cache.GDNPrefixCache
+        ns["GDNPrefixCache"] = _runner_import(runner_py, prefix_cache)
 
     cache_config = types.SimpleNamespace(block_size=BLOCK, mamba_block_size=BLOCK, mamba_cache_mode="align",
                                          enable_prefix_caching=True, prefix_match_unit=None)
@@ -476,6 +476,16 @@ def check(trees: Trees) -> None:
     touched_slots, touched_blocks = changed(before)
     assert touched_slots <= {slot("B", g) for g in range(2)} and not touched_blocks, "step 9 touched other state"
 
+    if prefix_cache is not None:
+        _limits(prefix_cache.GDNPrefixCache, runner, bound)
+        # A warm-up (dummy) request runs on vLLM's null block: no checkpoint is saved for it.
+        before, dirty = snapshot(), set(runner._gdn_prefix_cache.dirty_blocks)
+        warmup = ReqState(req_id="W", num_computed_tokens=0, block_ids=[[0], [0], [0]])
+        runner._gdn_prefix_cache.save_after_forward({"W": BLOCK}, {"W": warmup}, {"W": 0})
+        touched_slots, touched_blocks = changed(before)
+        assert not touched_slots and not touched_blocks and runner._gdn_prefix_cache.dirty_blocks == dirty, (
+            f"a warm-up request on the null block saved a checkpoint: pages {sorted(touched_blocks)}")
+
     # Compact GDN without prefix caching (the default for GDN models): no prefix cache is built, and
     # the steps run as before (new requests, the post-forward hooks).
     _without_prefix_caching(root, ns, hook_code, get_shape)
@@ -485,14 +495,73 @@ def check(trees: Trees) -> None:
     _start_up(root)
 
 
-def _runner_imports(runner_py: Path) -> dict[str, str | None]:
-    """name -> module, for the names the runner module binds with ``from MODULE import name``."""
-    out: dict[str, str | None] = {}
-    for node in parse_file(runner_py).body:
-        for sub in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
-            if isinstance(sub, ast.ImportFrom):
-                out.update({a.asname or a.name: sub.module for a in sub.names})
-    return out
+def _runner_import(runner_py: Path, prefix_cache: types.ModuleType) -> Any:
+    """What the runner module's own import of GDNPrefixCache binds (what initialize_kv_cache looks up
+    at run time; without such an import it raises NameError): the statement is run as the file has
+    it, with the tree's hpu_gdn_prefix_cache.py as the module it names."""
+    found = [sub for node in parse_file(runner_py).body
+             for sub in (ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node])
+             if isinstance(sub, ast.ImportFrom) and any((a.asname or a.name) == "GDNPrefixCache" for a in sub.names)]
+    name = MODULE[:-3].replace("/", ".")
+    if len(found) != 1 or found[0].module != name:
+        raise NameError(f"hpu_model_runner.py binds GDNPrefixCache {len(found)} times, from "
+                        f"{[f.module for f in found]}, not once from {name}: initialize_kv_cache raises NameError")
+    bound: dict[str, Any] = {}
+    with mock.patch.dict(sys.modules, {name: prefix_cache}):
+        exec(compile_nodes(runner_py, found), bound)
+    assert bound["GDNPrefixCache"] is prefix_cache.GDNPrefixCache
+    return bound["GDNPrefixCache"]
+
+
+def _limits(cls: Any, runner: Any, bound: dict[str, Any]) -> None:
+    """The setups the prefix cache does not serve are refused when initialize_kv_cache builds it (or
+    when a step asks for a partial-block copy), rather than served with wrong states; a KV cache
+    tensor that no GDN layer shares holds no checkpoints."""
+    vllm_config, config = runner.vllm_config, _kv_cache_config()
+    args = (config, bound, runner._compact_gdn_group_offset, runner._num_gdn_groups, ATTN_GID)
+
+    def with_cache(**attrs: Any) -> types.SimpleNamespace:
+        return types.SimpleNamespace(**{**vars(vllm_config), "cache_config": types.SimpleNamespace(
+            **{**vars(vllm_config.cache_config), **attrs})})
+
+    other_block = copy.copy(config.kv_cache_groups[1].kv_cache_spec)
+    other_block.block_size = 2 * BLOCK
+    two_sizes = types.SimpleNamespace(**{**vars(config), "kv_cache_groups": [
+        config.kv_cache_groups[0], types.SimpleNamespace(kv_cache_spec=other_block,
+                                                         layer_names=config.kv_cache_groups[1].layer_names),
+        config.kv_cache_groups[2]]})
+    no_attention = types.SimpleNamespace(**{**vars(config), "kv_cache_tensors": [
+        types.SimpleNamespace(size=t.size, shared_by=[n for n in t.shared_by if n not in ATTN_LAYERS])
+        for t in config.kv_cache_tensors]})
+    small = torch.zeros(NUM_BLOCKS * BLOCK + 1, 1, 1, dtype=torch.bfloat16)  # one byte pair per token
+    small_pages = {**bound, ATTN_LAYERS[0]: (small, small.clone())}
+    refused: list[tuple[str, type[Exception], str, Any]] = [
+        ("mamba_cache_mode 'all'", NotImplementedError, "align",
+         lambda: cls.create(with_cache(mamba_cache_mode="all"), *args)),
+        ("two GDN block sizes", NotImplementedError, "one GDN block size",
+         lambda: cls.create(vllm_config, two_sizes, *args[1:])),
+        ("speculative decoding", NotImplementedError, "speculative decoding",
+         lambda: cls.create(types.SimpleNamespace(**{**vars(vllm_config), "speculative_config": object()}), *args)),
+        ("prefix_match_unit 16 with 48-token blocks", NotImplementedError, "inside a block",
+         lambda: cls.create(with_cache(prefix_match_unit=KERNEL_BLOCK), *args)),
+        ("KV cache tensors without an attention layer", NotImplementedError, "one attention layer",
+         lambda: cls.create(vllm_config, no_attention, *args[1:])),
+        ("attention pages smaller than a GDN state", ValueError, "does not fit",
+         lambda: cls.create(vllm_config, config, small_pages, *args[2:])),
+        ("a step with kv_cache_block_copies", NotImplementedError, "kv_cache_block_copies",
+         lambda: runner._gdn_prefix_cache.update_states(
+             types.SimpleNamespace(kv_cache_block_copies=[(1, 2)]), [], {}, {})),
+    ]
+    for what, error, says, call in refused:
+        try:
+            call()
+        except error as exc:
+            assert says in str(exc), f"{what}: refused, but the error does not say why: {exc!r}"
+        else:
+            raise AssertionError(f"{what}: not refused; the prefix cache would serve it with wrong GDN states")
+    extra = types.SimpleNamespace(**{**vars(config), "kv_cache_tensors": [
+        *config.kv_cache_tensors, types.SimpleNamespace(size=0, shared_by=["layers.11.self_attn.attn"])]})
+    assert len(cls.create(vllm_config, extra, *args[1:]).tensors) == 2, "a tensor without GDN layers got pages"
 
 
 def _without_prefix_caching(root: Path, ns: dict[str, Any], hook_code: Any, get_shape: Any) -> None:
@@ -526,9 +595,7 @@ def _without_prefix_caching(root: Path, ns: dict[str, Any], hook_code: Any, get_
 
 
 def _start_up(root: Path) -> None:
-    """The GDN set-up of the tree's HPUModelRunner.__init__ (fixes/_support/gdn_init.py). Compact GDN
-    with prefix caching is not run here: verify's whole-pack tree also carries gdn-prefix-cache-guard,
-    which this fix supersedes, so it refuses that setting there; apply never installs both."""
+    """The GDN set-up of the tree's HPUModelRunner.__init__ (fixes/_support/gdn_init.py)."""
     from fixes._support.gdn_init import describe, gdn_start
 
     for what, env, kwargs in [("VLLM_COMPACT_GDN=0, no prefix caching", {"VLLM_COMPACT_GDN": "0"}, {}),
@@ -536,6 +603,18 @@ def _start_up(root: Path) -> None:
         start = gdn_start(root, prefix_caching=False, env=env, **kwargs)
         if start.error is not None:
             raise RuntimeError(f"{what}: must start, but {describe(start)}")
+        # Only initialize_kv_cache builds a prefix cache; until then the steps must see none.
+        assert getattr(start.runner, "_gdn_prefix_cache", None) is None, (
+            f"{what}: __init__ leaves _gdn_prefix_cache = {start.runner._gdn_prefix_cache!r}")
+    # Compact GDN with prefix caching, what this change serves: it says so, instead of the stock
+    # warning. verify's whole-pack tree also carries gdn-prefix-cache-guard, which this fix
+    # supersedes, and whose check comes later in the same block: there the start is refused by it
+    # (apply never installs both).
+    start = gdn_start(root, prefix_caching=True)
+    guard = isinstance(start.error, ValueError) and "does not support prefix caching" in str(start.error)
+    assert (start.error is None and start.compact) or guard, f"compact GDN, --enable-prefix-caching: {describe(start)}"
+    assert not start.warnings and any("prefix-cache hits restore GDN states" in i for i in start.infos), (
+        f"compact GDN, --enable-prefix-caching: warnings {start.warnings}, infos {start.infos}")
     for what, env, kwargs in [("VLLM_COMPACT_GDN=0, --enable-prefix-caching", {"VLLM_COMPACT_GDN": "0"}, {}),
                               ("PD serving (compact GDN turned off), --enable-prefix-caching", {},
                                {"kv_transfer": True})]:

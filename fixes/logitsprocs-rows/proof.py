@@ -101,10 +101,14 @@ def _check(sampler: SimpleNamespace, batch: Any, reqs: dict[str, Any], rows: lis
            what: str) -> None:
     got = _sample(sampler, batch, reqs, rows)
     for r, rid in enumerate(rows):
-        want = expect[rid] if rows.index(rid) == r else None  # padding rows: not checked
-        if want is not None and got[r] != want:
+        # A padding row (a repeat of a request) gets no processor state: its sample is thrown away,
+        # and a state left there from the call before would be a finished request's.
+        padding = rows.index(rid) != r
+        want = _row() if padding else expect[rid]
+        if got[r] != want:
             diff = {t: (got[r][t], want[t]) for t in range(VOCAB) if got[r][t] != want[t]}
-            raise AssertionError(f"{what}: call rows {rows}, row {r} ({rid}): token: (got, expected) {diff}")
+            raise AssertionError(f"{what}: call rows {rows}, row {r} ({rid}{', padding' if padding else ''}): "
+                                 f"token: (got, expected) {diff}")
 
 
 def check(trees: Trees) -> None:
@@ -129,6 +133,7 @@ def check(trees: Trees) -> None:
     _check(sampler, batch, reqs, ["N", "B", "T", "M", "N", "N"], EXPECTED, "decode call")
     _check(sampler, batch, reqs, ["M", "T"], EXPECTED, "call with another row order")
     _check(sampler, batch, reqs, ["M", "T", "M"], EXPECTED, "same requests, padded to one more row")
+    _check(sampler, batch, reqs, ["M", "M"], EXPECTED, "M alone, padded over the row T had")
     # T reaches min_tokens: EOS is allowed again.
     reqs["T"].output_token_ids.extend([8, 9, 10])
     _check(sampler, batch, reqs, ["T", "B"], {**EXPECTED, "T": _row()}, "min_tokens reached")
@@ -143,6 +148,12 @@ def check(trees: Trees) -> None:
     batch.add_request(reqs["N"], index)
     _check(sampler, batch, reqs, ["C", "N", "M"], {**EXPECTED, "C": _row(), "N": _row(bias={3: 50.0})},
            "after N was resubmitted with a logit_bias")
+    # A model without logits processors: nothing is laid out, the calls sample as they are.
+    plain = make_batch(ib)
+    plain_reqs = {"P": make_request(ib, "P", SamplingParams(temperature=0.0), [1, 2, 3])}
+    plain.add_request(plain_reqs["P"])
+    plain.refresh_sampling_metadata()
+    _check(sampler, plain, plain_reqs, ["P", "P"], {"P": _row()}, "a batch without logits processors")
     # B finished two calls ago: the batch keeps nothing of it (a long-running server adds and
     # removes requests for ever), so its sampling parameters are freed with the request.
     finished = weakref.ref(reqs.pop("B").sampling_params)
