@@ -245,3 +245,17 @@ def test_a_harmless_mutant_needs_a_reason(cli, cookbook):
     r = cli("verify", "--json", "--mutants", *sources_args(cookbook))
     assert r.exit_code == 2
     assert "each [[proof.harmless]] needs a why" in json.loads(r.stdout)["error"]
+
+
+def test_mutants_per_fix_bounds_each_fix_or_takes_all(cli, cookbook):
+    _pack(cookbook)
+    totals = {}
+    for per_fix in ("1", "all"):
+        r = cli("verify", "--json", "--mutants", "--mutants-per-fix", per_fix, *sources_args(cookbook))
+        totals[per_fix] = {k: v["total"] for k, v in json.loads(r.stdout)["mutants"].items()}
+    assert totals == {"1": {"doubling": 1, "weak": 1, "no-proof": 0}, "all": {"doubling": 3, "weak": 3, "no-proof": 0}}
+    human = cli("verify", "--mutants", "--mutants-per-fix", "all", *sources_args(cookbook))
+    assert "mutants: each fix's proof on every mutant of its patch" in human.stdout
+    for bad in ("0", "-2", "some"):
+        r = cli("verify", "--mutants", "--mutants-per-fix", bad, *sources_args(cookbook))
+        assert r.exit_code == 2 and "is not a count of at least 1, nor 'all'" in r.output, r.output

@@ -30,6 +30,24 @@ JOBS = click.option(
     show_default="the cores",
     help="Proofs run at once.",
 )
+
+
+class _PerFix(click.ParamType):
+    """A count of at least 1, or ``all`` (None)."""
+
+    name = "N|all"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is None or value == "all":
+            return None
+        if isinstance(value, int) and value >= 1:
+            return value
+        if isinstance(value, str) and value.isdigit() and int(value) >= 1:
+            return int(value)
+        self.fail(f"{value!r} is not a count of at least 1, nor 'all'", param, ctx)
+
+
+PER_FIX = _PerFix()
 PROFILE_HELP = "The release profile (default: the cookbook's only profile)."
 
 
@@ -49,11 +67,11 @@ PROFILE_HELP = "The release profile (default: the cookbook's only profile)."
 )
 @click.option(
     "--mutants-per-fix",
-    type=click.IntRange(min=1),
-    default=8,
+    type=PER_FIX,
+    default="8",
     show_default=True,
-    metavar="N",
-    help="With --mutants: at most N mutants of each fix, spread over its hunks.",
+    metavar="N|all",
+    help="With --mutants: at most N mutants of each fix, spread over its hunks; 'all': every one.",
 )
 @click.option(
     "--coverage",
@@ -72,7 +90,7 @@ def verify(
     junit: Path | None,
     jobs: int,
     with_mutants: bool,
-    mutants_per_fix: int,
+    mutants_per_fix: int | None,
     with_coverage: bool,
     site: Path | None,
 ) -> int:
@@ -96,9 +114,8 @@ def verify(
         if missing:
             hint = " ".join(f"--source {d}=DIR" for d in missing)
             raise UsageError(f"verify --profile {prof.name} needs the pristine trees: give {hint}")
-    per_fix = mutants_per_fix if with_mutants else 0
-    verdicts = [v for prof in chosen for v in verify_profile(book, prof, roots, jobs=jobs, mutants=per_fix,
-                                                                    coverage=with_coverage)]
+    verdicts = [v for prof in chosen for v in verify_profile(book, prof, roots, jobs=jobs, mutants=with_mutants,
+                                                                    per_fix=mutants_per_fix, coverage=with_coverage)]
     if junit:
         junit.write_text(junit_xml(verdicts), encoding="utf-8")
     if as_json:
@@ -109,7 +126,7 @@ def verify(
     else:
         render.verify_human(verdicts)
         if with_mutants:
-            render.mutants_human(verdicts, per_fix)
+            render.mutants_human(verdicts, mutants_per_fix)
         if with_coverage:
             render.coverage_human(verdicts)
     return 0 if all(v.ok for v in verdicts) else 1

@@ -289,9 +289,10 @@ def _rate(caught: int, total: int) -> str:
     return f"{caught}/{total}" + (f" ({100 * caught / total:.0f}%)" if total else "")
 
 
-def mutants_human(verdicts: list[Any], per_fix: int) -> None:
+def mutants_human(verdicts: list[Any], per_fix: int | None) -> None:
     reports = [v.mutants for v in verdicts if v.mutants is not None]
-    print(f"mutants: each fix's proof on up to {per_fix} mutants of its patch, the rest of the pack applied")
+    which = "every mutant" if per_fix is None else f"up to {per_fix} mutants"
+    print(f"mutants: each fix's proof on {which} of its patch, the rest of the pack applied")
     width = max((len(m.fix) for m in reports), default=0)
     for m in reports:
         if m.skipped:

@@ -160,11 +160,11 @@ def mutate(
     pristine_roots: dict[str, Path],
     patched_roots: dict[str, Path],
     proven: list[str],
-    per_fix: int,
+    per_fix: int | None,
     scratch: Path,
     jobs: int = 2,
 ) -> dict[str, FixMutants]:
-    """Run up to ``per_fix`` mutants of each fix in ``proven`` (those whose proof verify has
+    """Run up to ``per_fix`` mutants (None: all) of each fix in ``proven`` (those whose proof verify has
     demonstrated); every other fix of the pack is reported as skipped, with the reason."""
     fixes = [catalog.fixes[f] for f in profile.pack]
     files = pack_files(fixes, profile, pristine_roots)

@@ -70,11 +70,11 @@ def _metadata_failures(fix: Fix) -> list[str]:
 
 
 def verify_profile(
-    catalog: Catalog, profile: Profile, sources: dict[str, Path], jobs: int = 2, mutants: int = 0,
-    coverage: bool = False,
+    catalog: Catalog, profile: Profile, sources: dict[str, Path], jobs: int = 2, mutants: bool = False,
+    per_fix: int | None = 8, coverage: bool = False,
 ) -> list[FixVerdict]:
-    """Every check of every fix of the profile; with ``mutants``, also up to that many mutants of
-    each fix whose proof holds (see ``mutate``), a survivor not recorded as harmless a failure;
+    """Every check of every fix of the profile; with ``mutants``, also up to ``per_fix`` mutants
+    (None: all) of each fix whose proof holds (see ``mutate``), a survivor not recorded as harmless a failure;
     with ``coverage``, the lines each fix adds that its proof runs on the patched tree (see
     ``proofcover``), an unrun one not declared unreachable a failure."""
     if any(catalog.fixes[fid].proof.script for fid in profile.pack):
@@ -134,7 +134,7 @@ def verify_profile(
         if mutants:
             proven = [f for f, v in verdicts.items() if v.proof in (ProofVerdict.DEMONSTRATED, ProofVerdict.PARTIAL)]
             scratch = Path(tmp) / "mutants"
-            found = mutate(catalog, profile, pristine_roots, patched_roots, proven, mutants, scratch, jobs)
+            found = mutate(catalog, profile, pristine_roots, patched_roots, proven, per_fix, scratch, jobs)
             for fid, report in found.items():
                 verdicts[fid].mutants = report
                 verdicts[fid].failures += [f"mutant {r.id} survives: {r.description}" for r in report.survivors]
