@@ -107,6 +107,22 @@ def test_verify_profile_on_real_trees(tmp_path: Path):
         assert result["proof"] in ("demonstrated", "partial"), result
 
 
+def test_verify_coverage_on_real_trees():
+    """Every line the pack adds is run by its fix's proof, or declared unreachable with a reason."""
+    r = _run(
+        "-m", "fixpack", "verify", "--profile", PROFILE, "--json", "--coverage",
+        f"--source=vllm-gaudi={SRC_GAUDI}", f"--source=vllm={SRC_VLLM}",
+    )  # fmt: skip
+    out = json.loads(r.stdout)
+    failures = {x["fix"]: x["failures"] for x in out["results"] if x["failures"]}
+    assert r.returncode == 0 and out["ok"], failures
+    for result in out["results"]:
+        coverage = result["coverage"]
+        assert coverage["unrun"] == [] and coverage["covered"] + len(coverage["excluded"]) == coverage["total"], result
+        assert all(e["why"] for e in coverage["excluded"]) and "unmatched_unreachable" not in coverage, result
+    assert sum(x["coverage"]["total"] for x in out["results"]) > 400  # the lines were found, not skipped
+
+
 def _git(repo: Path, *args: str) -> str:
     env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
                GIT_COMMITTER_EMAIL="t@t")  # fmt: skip
