@@ -13,6 +13,8 @@ __all__ = ["Goal", "goals"]
 # Issue 28: the cold apply against the compile floor (what it must do at the least: read, hash,
 # compile and write the bytecode) and against the cookbook without fixpack (patch + compileall).
 COLD_COMPILE, COLD_PEER, WARM, PEAK_MIB, VERIFY, FIRST_IMPORT, STACKED = 2.5, 1.1, 1.5, 100.0, 8.0, 1.5, 1.5
+# Issue 31: verify --coverage against plain verify, measured in the same rounds.
+COVERAGE = 2.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,12 @@ def goals(s: dict[str, Series], scale: list[ScaleRow], imports: dict[str, Any]) 
             _median(s, "verify"),
             _median(s, "torch_import"),
             VERIFY,
+        ),
+        Goal(
+            "verify --coverage of the whole profile, against verify",
+            _median(s, "verify_coverage"),
+            _median(s, "verify"),
+            COVERAGE,
         ),
         Goal(
             "apply + first import of the patched modules, against the first import of the stock ones",

@@ -85,6 +85,13 @@ def _main_rows(s: dict[str, Series]) -> list[str]:
             f"| verify, whole profile (exit {rcs}) | {ms(verify.median)} | {ms(torch)} (import torch) "
             f"| {ratio(verify.median, torch)} | none | {verify.peak_mib:.0f} MiB (proofs included) |"
         )
+    if _ran(s, "verify_coverage"):
+        covered, rcs = s["verify_coverage"], ",".join(str(r.rc) for r in s["verify_coverage"].runs)
+        rows.append(
+            f"| verify --coverage, whole profile (exit {rcs}) | {ms(covered.median)} | {ms(s['verify'].median)} "
+            f"(verify, same rounds) | {ratio(covered.median, s['verify'].median)} | none "
+            f"| {covered.peak_mib:.0f} MiB (proofs included) |"
+        )
     return rows
 
 

@@ -220,17 +220,24 @@ def imports_on(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]
 
 def bench_verify(bed: Bed, tools: Tools, repeat: int) -> dict[str, Series]:
     """``fixpack verify`` of the whole profile, beside its floor: importing torch, which the proofs
-    each do in a process of their own."""
+    each do in a process of their own; and ``verify --coverage`` in the same rounds (left out, saying
+    so, where coverage.py is not installed)."""
     s = {"verify": Series("verify"), "torch_import": Series("torch_import")}
     sources = [a for dist, tree in bed.src.items() for a in ("--source", f"{dist}={tree}")]
-    cmd = tools.fixpack("verify", "--profile", PROFILE, *sources)
+    cmds = {"verify": tools.fixpack("verify", "--profile", PROFILE, *sources)}
     cwd = bed.site.parent
+    if run([tools.python, "-c", "import coverage"], cwd=cwd).rc == 0:
+        s["verify_coverage"] = Series("verify_coverage")
+        cmds["verify_coverage"] = tools.fixpack("verify", "--profile", PROFILE, "--coverage", *sources)
+    else:
+        log("verify --coverage: not measured, coverage.py is not installed (pip install 'fixpack[coverage]')")
     for i in range(repeat):
         log(f"verify: run {i + 1}/{repeat} (slow)")
         s["torch_import"].add(must(run([tools.python, "-c", "import torch"], cwd=cwd), "python -c 'import torch'"))
-        r = s["verify"].add(peak(cmd, env=tools.env(bed.cookbook, module=True), cwd=cwd))
-        s["verify"].measure(r)
-        if r.rc != 0:
-            tail = [ln for ln in r.out.splitlines() if ln.startswith(("FAIL", "fixpack verify"))]
-            log(f"verify exit {r.rc}: " + "; ".join(tail[-6:]))
+        for name, cmd in cmds.items():
+            r = s[name].add(peak(cmd, env=tools.env(bed.cookbook, module=True), cwd=cwd))
+            s[name].measure(r)
+            if r.rc != 0:
+                tail = [ln for ln in r.out.splitlines() if ln.startswith(("FAIL", "fixpack verify"))]
+                log(f"{name} exit {r.rc}: " + "; ".join(tail[-6:]))
     return s

@@ -60,7 +60,18 @@ def test_cold_apply_is_judged_against_the_compile_floor_and_the_peer():
 def test_a_peer_not_run_leaves_its_goal_unjudged():
     judged = goals(_main(cold=0.2, compile_floor=0.1, warm=0.05, warm_floor=0.04), [], NO_LIBCST)
     assert _goal(judged, "cold apply, against patch").met is None
-    assert _goal(judged, "verify").met is None
+    assert _goal(judged, "verify of").met is None
+    assert _goal(judged, "verify --coverage").met is None
+
+
+def test_verify_with_coverage_is_judged_against_verify_in_the_same_rounds():
+    s = _main(verify=11.0, verify_coverage=21.0, torch_import=1.5)
+    covered = _goal(goals(s, [], NO_LIBCST), "verify --coverage")
+    assert covered.floor == pytest.approx(11.0) and covered.limit == pytest.approx(22.0) and covered.met is True
+    s["verify_coverage"] = _series("verify_coverage", 23.0)
+    assert _goal(goals(s, [], NO_LIBCST), "verify --coverage").met is False
+    (row,) = [r for r in _main_rows(s) if r.startswith("| verify --coverage")]
+    assert "| 23.0 s | 11.0 s (verify, same rounds) | 2.1x |" in row, row
 
 
 def test_peak_memory_must_stay_below_the_budget():
