@@ -113,7 +113,7 @@ def kinds(x, y):
     return ()
 """
 DISPLAYS_AFTER = """\
-def kinds(x: list[int], y: dict[str, int]) -> tuple[int, int]:
+def kinds(x: list[int], y: dict[str, int], z: None = None) -> None:
     a, b = [1, 2], (3, 4)
     pending = [x, y,
                (a, b)]
@@ -129,6 +129,10 @@ def _display_mutants() -> dict[str, str]:
     found = list(mutants([Target(fd, DISPLAYS_BEFORE.encode())]))
     for m in found:
         compile(m.after, m.path, "exec")
+    # An annotation is no code: of the first line, only the default is mutated.
+    first = [m for m in found if m.id.startswith("h1:+1:")]
+    assert [m.id for m in first] == ["h1:+1:const:None>True"]
+    assert "z: None = True) -> None:" in first[0].after.decode()
     changed = {}
     for m in found:
         if ":elem:" in m.id:

@@ -15,7 +15,7 @@ changed (``h1:+3:cmp:<=``: the third added line of hunk 1, its comparison made `
 
 Ids are made from the patch alone (hunks counted across the fix's files in patch order), so a
 maintainer can record one in fix.toml as harmless. Only code is mutated: tokens come from the
-whole patched file, never from strings or comments; a hunk that changes only comments and
+whole patched file, never from strings, comments or annotations; a hunk that changes only comments and
 docstrings is not left out; a mutant is kept only if its file still compiles and differs from
 the fix's result. Pure: bytes in, mutants out.
 """
@@ -70,14 +70,49 @@ class _Slip:
     text: str
 
 
+def _annotations(tree: ast.AST) -> Iterator[ast.expr]:
+    """Every annotation in ``tree``: of an argument, a return, an annotated assignment."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg | ast.AnnAssign) and node.annotation is not None:
+            yield node.annotation
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns is not None:
+            yield node.returns
+
+
+def _annotated(source: str) -> dict[int, list[tuple[int, int]]]:
+    """The character columns ``[start, end)`` that annotations take on each line (1-based). An
+    annotation only tells a type checker something: its tokens are not code to mutate."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    lines = patch.split_lines(source)
+
+    def column(row: int, byte: int) -> int:  # ast counts UTF-8 bytes, tokenize characters
+        return len(lines[row - 1].encode(patch.ENC, patch.ERRORS)[:byte].decode(patch.ENC, patch.ERRORS))
+
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for node in _annotations(tree):
+        end_row = node.end_lineno or node.lineno
+        for row in range(node.lineno, end_row + 1):
+            lo = column(row, node.col_offset) if row == node.lineno else 0
+            hi = column(row, node.end_col_offset or 0) if row == end_row else len(lines[row - 1])
+            spans.setdefault(row, []).append((lo, hi))
+    return spans
+
+
 def _tokens(source: str) -> dict[int, list[tokenize.TokenInfo]]:
     """The tokens of each line (1-based) that slips look at: a string is one token, so its text is
-    never mutated, and comments are left out; {} if the file does not tokenize."""
+    never mutated, and comments and annotations are left out; {} if the file does not tokenize."""
+    annotated = _annotated(source)
     by_line: dict[int, list[tokenize.TokenInfo]] = {}
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-            if tok.type in (tokenize.OP, tokenize.NAME, tokenize.NUMBER, tokenize.STRING):
-                by_line.setdefault(tok.start[0], []).append(tok)
+            if tok.type not in (tokenize.OP, tokenize.NAME, tokenize.NUMBER, tokenize.STRING):
+                continue
+            row, col = tok.start
+            if not any(lo <= col < hi for lo, hi in annotated.get(row, ())):
+                by_line.setdefault(row, []).append(tok)
     except (tokenize.TokenError, SyntaxError):
         return {}
     return by_line
@@ -220,17 +255,9 @@ def _arg_slips(text: str, toks: list[tokenize.TokenInfo]) -> Iterator[_Slip]:
 def _not_displays(tree: ast.AST) -> set[int]:
     """The ids of the nodes whose brackets are not displays: everything in a subscript's brackets
     (an index, or a type's arguments) and in an annotation."""
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        inside: list[ast.AST | None] = []
-        if isinstance(node, ast.Subscript):
-            inside.append(node.slice)
-        elif isinstance(node, ast.arg | ast.AnnAssign):
-            inside.append(node.annotation)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            inside.append(node.returns)
-        out.update(id(sub) for part in inside if part is not None for sub in ast.walk(part))
-    return out
+    inside: list[ast.AST] = [node.slice for node in ast.walk(tree) if isinstance(node, ast.Subscript)]
+    inside += _annotations(tree)
+    return {id(sub) for part in inside for sub in ast.walk(part)}
 
 
 _Span = tuple[int, int, int, int]  # line, byte column, end line, end byte column (as ast gives them)
