@@ -10,7 +10,7 @@ stubs, and the two Habana ops the path calls emulated in plain torch on the CPU:
   has exactly the arguments that v0.26.0's own apply_fp8_linear_hpu passes, so a call with any
   other argument (such as B_scale_shape) fails here.
 
-torch.topk is held to floating-point input (see FloatTopk). dynamic_quant is the tree's real one
+dynamic_quant is the tree's real one
 (vllm_gaudi/extension/ops.py), init_logger is vLLM's real one (vllm/logger.py). The stock fused op
 is a recording stand-in that returns the dense reference; it takes the weights as [out, in]
 (permuted_weights=True) only. Sizes are non-square (H 40, 2I 24, I 12) so that no axis stands in
@@ -51,7 +51,6 @@ from typing import Any, cast
 from unittest import mock
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from fixpack.proofkit import Trees, load_function, parse_file
 
@@ -115,22 +114,6 @@ def _fp8_gemm_v2(
 
 _LIB.impl("cast_to_fp8_v2", _cast_to_fp8_v2, "CPU")
 _LIB.impl("fp8_gemm_v2", _fp8_gemm_v2, "CPU")
-
-
-class FloatTopk(TorchFunctionMode):
-    """torch.topk on floating-point input only, as the path is known to run on a Gaudi.
-
-    The CPU ranks integer tensors too, but an int64 topk on HPU is not shown anywhere here: every
-    torch.topk in v0.26.0's vllm-gaudi ranks floating-point values, the MiniMax-M3 gather path this
-    one mirrors (hpu_fused_moe._gather_swigluoai_moe) counts its expert hits as float32, and so does
-    PR #1731, which was run on a Gaudi. Integer counts (a bool sum is int64) are untested on the
-    device, so the proof refuses them.
-    """
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        if func in (torch.topk, torch.Tensor.topk) and not args[0].is_floating_point():
-            raise TypeError(f"torch.topk on {args[0].dtype}: HPU topk is only known to run on floating-point input")
-        return func(*args, **(kwargs or {}))
 
 
 # ---------------------------------------------------------------- module stubs
@@ -375,11 +358,6 @@ def check_verify(ld: Loaded, e_local: int, k: int, n_global: int, info: mock.Mag
 
 
 def check(trees: Trees) -> None:
-    with FloatTopk():
-        _check(trees)
-
-
-def _check(trees: Trees) -> None:
     assert trees.vllm_gaudi is not None, "needs --vllm-gaudi"
     assert trees.vllm is not None, "needs --vllm (vllm/logger.py)"
     tree, vllm_tree = trees.vllm_gaudi, trees.vllm
