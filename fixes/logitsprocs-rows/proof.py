@@ -10,6 +10,8 @@ stand-in: it records the logits it is given (the processed logits) and returns t
 The HPU runner samples each forward pass separately: a call has only the rows of its requests, in
 call order, padded with repeats of its first request.
 A finished request's sampling parameters must be freed with it (the batch keeps nothing of it).
+Beside the builtin processors runs a custom one (as --logits-processors adds) that keeps the rows
+the BatchUpdates lay out and holds them to what vLLM's interface promises a processor.
 """
 
 from __future__ import annotations
@@ -62,11 +64,54 @@ def load_sampler(trees: Trees) -> SimpleNamespace:
 
 
 def build_logitsprocs() -> Any:
-    """What build_logitsprocs() builds without spec decode or custom processors (BUILTIN_LOGITS_PROCESSORS)."""
+    """What build_logitsprocs() builds without spec decode (BUILTIN_LOGITS_PROCESSORS), and a custom one."""
     lp = sys.modules["vllm.v1.sample.logits_processor"]
     config = SimpleNamespace(scheduler_config=SimpleNamespace(max_num_seqs=8))
     builtin = (lp.MinTokensLogitsProcessor, lp.LogitBiasLogitsProcessor, lp.MinPLogitsProcessor)
-    return lp.LogitsProcessors(cls(config, torch.device("cpu"), False) for cls in builtin)
+    return lp.LogitsProcessors([*(cls(config, torch.device("cpu"), False) for cls in builtin), LayoutRecorder()])
+
+
+class LayoutRecorder:
+    """A custom logits processor: the rows as its BatchUpdates lay them out, held to vLLM's contract.
+
+    What a processor may rely on (vllm/v1/sample/logits_processor/interface.py and state.py):
+    ``removed`` names rows of removed requests, in descending order (BatchUpdateBuilder.removed
+    guarantees it, so that a processor can delete them from a list one by one); updates apply in
+    the order removed, added, moved; an added row lies within batch_size. A processor that counts
+    its requests miscounts on a removed row that held none, and one that deletes removed rows from
+    a list deletes the wrong ones when they come in ascending order.
+    """
+
+    def __init__(self) -> None:
+        self.rows: dict[int, tuple[Any, list[int]]] = {}
+        self.last_update: Any = "no update yet"  # only the last: the proof checks that finished requests are freed
+
+    def is_argmax_invariant(self) -> bool:
+        return True
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits
+
+    def update_state(self, batch_update: Any) -> None:
+        self.last_update = batch_update
+        if batch_update is None:
+            return
+        removed = list(batch_update.removed)
+        assert removed == sorted(removed, reverse=True), (
+            f"BatchUpdate.removed {removed} is not in descending order, as BatchUpdateBuilder gives it")
+        for index in removed:
+            assert index in self.rows, (
+                f"BatchUpdate.removed names row {index}, which holds no request (rows {sorted(self.rows)})")
+            del self.rows[index]
+        for index, params, _, output_token_ids in batch_update.added:
+            assert 0 <= index < batch_update.batch_size, f"row {index} added, batch_size {batch_update.batch_size}"
+            self.rows[index] = (params, output_token_ids)
+        for a, b, direction in batch_update.moved:
+            entry_a, entry_b = self.rows.pop(a, None), self.rows.pop(b, None)
+            if entry_a is not None:
+                self.rows[b] = entry_a
+            if entry_b is not None and direction.name == "SWAP":
+                self.rows[a] = entry_b
 
 
 def _row(bias: dict[int, float] | None = None, banned: tuple[int, ...] = ()) -> list[float]:
@@ -109,6 +154,17 @@ def _check(sampler: SimpleNamespace, batch: Any, reqs: dict[str, Any], rows: lis
             diff = {t: (got[r][t], want[t]) for t in range(VOCAB) if got[r][t] != want[t]}
             raise AssertionError(f"{what}: call rows {rows}, row {r} ({rid}{', padding' if padding else ''}): "
                                  f"token: (got, expected) {diff}")
+    # The custom processor holds each request's own params and output list (the list it reads the
+    # latest tokens from) in the request's first row, and nothing in padding rows or beyond.
+    recorder = next((p for p in batch.logitsprocs.all if isinstance(p, LayoutRecorder)), None)
+    if recorder is not None:
+        want_rows = {r: (reqs[rid].sampling_params, reqs[rid].output_token_ids) for r, rid in enumerate(rows)
+                     if rows.index(rid) == r}
+        got_rows = recorder.rows
+        same = got_rows.keys() == want_rows.keys() and all(
+            got_rows[r][0] is want_rows[r][0] and got_rows[r][1] is want_rows[r][1] for r in want_rows)
+        assert same, (f"{what}: call rows {rows}: the custom processor holds requests in rows {sorted(got_rows)}, "
+                      f"expected {sorted(want_rows)} (or another request's state in one of them)")
 
 
 def check(trees: Trees) -> None:
@@ -131,6 +187,16 @@ def check(trees: Trees) -> None:
     _check(sampler, batch, reqs, ["M"], EXPECTED, "min_p, prefill call of M alone")
     # The decode call of all four, padded to a bucket of 6.
     _check(sampler, batch, reqs, ["N", "B", "T", "M", "N", "N"], EXPECTED, "decode call")
+    # The next decode step: the same requests in the same rows, each one token longer. The batch
+    # makeup did not change, so the processors get update_state(None) (interface.py: non-None iff
+    # it changed), as upstream gives it them each step; re-adding the rows would rebuild every
+    # processor's state on every call.
+    for rid in ("N", "B", "T", "M"):
+        reqs[rid].output_token_ids.append(9)
+    _check(sampler, batch, reqs, ["N", "B", "T", "M", "N", "N"], EXPECTED, "the next decode step")
+    recorder = next(p for p in batch.logitsprocs.all if isinstance(p, LayoutRecorder))
+    assert recorder.last_update is None, (
+        f"a decode step with the same rows as the step before gave the processors {recorder.last_update}, not None")
     _check(sampler, batch, reqs, ["M", "T"], EXPECTED, "call with another row order")
     _check(sampler, batch, reqs, ["M", "T", "M"], EXPECTED, "same requests, padded to one more row")
     _check(sampler, batch, reqs, ["M", "M"], EXPECTED, "M alone, padded over the row T had")
@@ -154,6 +220,14 @@ def check(trees: Trees) -> None:
     plain.add_request(plain_reqs["P"])
     plain.refresh_sampling_metadata()
     _check(sampler, plain, plain_reqs, ["P", "P"], {"P": _row()}, "a batch without logits processors")
+    # A pooling model's request: HPUModelRunner.__init__ builds its InputBatch without
+    # is_pooling_model, so remove_request() runs to the end for it too. It has no sampling params
+    # and nothing was kept for it; removing it must not fail.
+    pooled = ib.CachedRequestState(req_id="E", prompt_token_ids=[1, 2, 3], mm_features=[], sampling_params=None,
+                                   generator=None, block_ids=[[1]], num_computed_tokens=0, output_token_ids=[],
+                                   pooling_params=SimpleNamespace(requires_token_ids=False))
+    plain.add_request(pooled)
+    plain.remove_request("E")
     # B finished two calls ago: the batch keeps nothing of it (a long-running server adds and
     # removes requests for ever), so its sampling parameters are freed with the request.
     finished = weakref.ref(reqs.pop("B").sampling_params)

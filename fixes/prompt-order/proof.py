@@ -11,7 +11,10 @@ this step it writes blocks 12 and 13. B is a new request whose prompt starts wit
 tokens; the scheduler (A scheduled first, B after) gave it a 48-token prefix hit on blocks 10, 11,
 12. B fills the hole a finished request left at index 2, behind A at index 0, with decodes at 1, 3.
 The scene is run again with A a new request as well (0 computed, 64 scheduled): then only B,
-the reader, has context, and it is the first prefill of the batch's prefill region.
+the reader, has context, and it is the first prefill of the batch's prefill region; with B the only
+prefill; without decodes (B in a hole before A, and A before B); and with neither prefill having
+context (B without a hit), where nothing can read a block written in the step and the batch must be
+left as it is. In every scene the runner splits prompts and decodes again only if rows moved.
 """
 
 from __future__ import annotations
@@ -135,32 +138,45 @@ def check(trees: Trees) -> None:
     _scene(ib, runner_cls, a_computed=0)
     # A step with B the only prefill (A finished before it): there is nothing to order.
     _scene(ib, runner_cls, a_computed=None)
+    # A step without decodes: the prefill region starts at row 0. B fills the hole X left before A...
+    _scene(ib, runner_cls, a_computed=32, layout=("X", "A", "Y"))
+    # ... or the one behind A: the prefills are already in scheduling order.
+    _scene(ib, runner_cls, a_computed=32, layout=("A", "X", "Y"))
+    # Neither prefill has context (A and B new, B without a prefix hit): no pass reads a block, and
+    # the batch is left as _ensure_decodes_first leaves it ([..., B, A]): each swap_states() copies a
+    # request's rows and makes the next sampling call refresh the device rows (sampling-rows-refresh).
+    _scene(ib, runner_cls, a_computed=0, b_hit=False)
 
 
-def _scene(ib: types.ModuleType, runner_cls: type, a_computed: int | None) -> None:
+def _scene(ib: types.ModuleType, runner_cls: type, a_computed: int | None,
+           layout: tuple[str, ...] = ("A", "D1", "X", "D2", "Y"), b_hit: bool = True) -> None:
+    """``layout``: the batch rows before the step; X and Y finish, B takes X's row, Y's row is left empty."""
     batch = make_batch(ib)
     greedy = SamplingParams(temperature=0.0)
     prompt_a = [i % VOCAB for i in range(64)]
-    prompt_b = prompt_a[:48] + [7] * 8
+    prompt_b = prompt_a[:48] + [7] * 8 if b_hit else [7] * 56
     reqs = {
         "A": make_request(ib, "A", greedy, prompt_a, num_computed=a_computed, blocks=[10, 11, 12, 13]),
         "D1": make_request(ib, "D1", greedy, [3] * 16, [5], num_computed=16, blocks=[30, 31]),
         "X": make_request(ib, "X", greedy, [4] * 16, [6], num_computed=16, blocks=[35, 36]),
         "D2": make_request(ib, "D2", greedy, [2] * 16, [5], num_computed=16, blocks=[40, 41]),
-        "B": make_request(ib, "B", greedy, prompt_b, num_computed=48, blocks=[10, 11, 12, 20]),
+        "Y": make_request(ib, "Y", greedy, [6] * 16, [6], num_computed=16, blocks=[45, 46]),
+        "B": make_request(ib, "B", greedy, prompt_b, num_computed=48 if b_hit else 0,
+                          blocks=[10, 11, 12, 20] if b_hit else [20, 21, 22, 23]),
     }
-    if a_computed is None:
-        del reqs["A"]
-    for i, rid in enumerate(r for r in ("A", "D1", "X", "D2") if r in reqs):
+    reqs = {rid: req for rid, req in reqs.items() if rid in layout + ("B",) and (rid, a_computed) != ("A", None)}
+    for i, rid in enumerate(r for r in layout if r in reqs):
         batch.add_request(reqs[rid], i)
-    # _update_states: X finished, B takes the lowest free index.
+    # _update_states: X and Y finished, B takes the lowest free index (X's); condense() then drops
+    # Y's row, the last, whose num_computed_tokens stays behind in the arrays.
     hole = batch.remove_request("X")
+    last = batch.remove_request("Y")
     batch.add_request(reqs["B"], hole)
+    batch.condense([last])
     batch.refresh_sampling_metadata()
     # Scheduling order: running requests (D1, A, D2), then the new request B.
-    scheduled = {"D1": 1, "A": 64 - (a_computed or 0), "D2": 1, "B": 8}
-    if a_computed is None:
-        del scheduled["A"]
+    scheduled = {rid: n for rid, n in (("D1", 1), ("A", 64 - (a_computed or 0)), ("D2", 1),
+                                       ("B", 8 if b_hit else 56)) if rid in batch.req_id_to_index}
     prompts = [["A"], ["B"]] if a_computed is not None else [["B"]]
     sched = SimpleNamespace(num_scheduled_tokens=scheduled, total_num_scheduled_tokens=sum(scheduled.values()),
                             scheduled_spec_decode_tokens={}, kv_connector_metadata=None, finished_req_ids=set())
@@ -180,10 +196,27 @@ def _scene(ib: types.ModuleType, runner_cls: type, a_computed: int | None) -> No
     runner._bucketize_2d_prompt = lambda num_tokens, blocks: (len(num_tokens), max(num_tokens), 0)
     runner.get_dp_padding = lambda num_batches: 0
 
+    # The batch rows each prompt/decode split sees.
+    splits: list[list[str]] = []
+
+    def get_prompts_and_decodes(scheduler_output: Any) -> Any:
+        splits.append(list(batch.req_ids[:batch.num_reqs]))
+        return runner_cls._get_prompts_and_decodes(runner, scheduler_output)
+
+    runner._get_prompts_and_decodes = get_prompts_and_decodes
     pd_info = runner.sample_tokens_head(None)
     num_decodes, num_prefills = len(pd_info.decode_req_ids), len(pd_info.prompt_req_ids)
-    assert sorted(pd_info.decode_req_ids) == ["D1", "D2"] and sorted(pd_info.prompt_req_ids) == sum(prompts, []), \
+    decodes = [rid for rid in ("D1", "D2") if rid in scheduled]
+    assert sorted(pd_info.decode_req_ids) == decodes and sorted(pd_info.prompt_req_ids) == sum(prompts, []), \
         f"unexpected prompt/decode split {pd_info}"
+    # The split is made again if, and only if, rows moved after it: a second one for nothing is
+    # one more pass over the batch in every step (the reorder runs in each).
+    moved = batch.req_ids[:batch.num_reqs] != splits[0]
+    assert len(splits) == 1 + moved, (
+        f"A with {a_computed} computed: {len(splits)} prompt/decode splits of the batch {splits}, rows "
+        f"{'moved' if moved else 'did not move'} after the first")
+    assert b_hit or not moved, (
+        f"no prefill has context, yet the prefill rows moved from {splits[0]} to {batch.req_ids[:batch.num_reqs]}")
     assert list(pd_info.prompt_req_ids) == batch.req_ids[num_decodes:batch.num_reqs], \
         f"prompt list {pd_info.prompt_req_ids} does not follow the batch {batch.req_ids}"
     num_scheduled = [scheduled[rid] for rid in batch.req_ids[:batch.num_reqs]]
@@ -206,4 +239,5 @@ def _scene(ib: types.ModuleType, runner_cls: type, a_computed: int | None) -> No
                 f"prefill forward pass {k} ({rid}) reads prefix-cache block {b} before pass {j} ({writer}) "
                 f"writes it in the same step (A with {a_computed} computed tokens); "
                 f"scheduling order {list(scheduled)}, forward passes {order}")
-    assert order == prompts, f"A with {a_computed} computed: expected forward passes {prompts}, got {order}"
+    if b_hit:
+        assert order == prompts, f"A with {a_computed} computed: expected forward passes {prompts}, got {order}"
