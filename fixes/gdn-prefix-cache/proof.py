@@ -13,9 +13,11 @@ Runs, on CPU, the tree's real code of a compact-GDN hybrid (two GDN groups and o
   the stock tree), and the tree's ``vllm_gaudi/v1/worker/hpu_gdn_prefix_cache.py`` if it exists.
 
 Also: ``GDNPrefixCache`` is the class the runner module's own import binds (the import statement
-is run), the setups the prefix cache does not serve are refused when it is built, a warm-up request
-on the null block saves nothing, compact GDN without prefix caching still runs its steps (no prefix
-cache built), and the start-up of ``HPUModelRunner.__init__`` says what it serves.
+is run), the setups the prefix cache does not serve are refused when it is built, other hybrids it
+serves (one GDN group, attention blocks of two GDN blocks, a GDN state as large as an attention page)
+checkpoint into the page of the right block and restore bit-exact, a warm-up request on the null
+block saves nothing, compact GDN without prefix caching still runs its steps (no prefix cache
+built), and the start-up of ``HPUModelRunner.__init__`` says what it serves.
 
 The bug: a request with a prefix-cache hit starts from its compact slot, which holds whatever its
 previous owner (or the request itself, after preemption) left there; nothing ever stores a state at
@@ -444,16 +446,21 @@ def check(trees: Trees) -> None:
     for name in out_b4:
         assert torch.equal(out_b6[name], out_b4[name]), f"{name}: B's recomputed tail differs after resuming"
 
-    # Step 7: G resumes from preemption without a hit: it starts over from a zero state.
+    # Step 7: G resumes from preemption without a hit: it starts over from a zero state. Its first
+    # GDN group gets block 11 back, whose attention page holds G's own K/V from step 5 (blocks handed
+    # to a GDN group are not in new_block_ids_to_zero): nothing there is a state to resume from.
     g_state = [slot_bytes(t, slot("G", 0)) for t in range(2)]
     assert any(s.any() for s in g_state)
+    assert all(page_bytes(t, 11).any() for t in range(2))
     before = snapshot()
-    so = _step([], _cached([("G", 0, [[1], [2], [3]])], {"G"}), {"G": 10}, set(), [3])
+    so = _step([], _cached([("G", 0, [[11], [2], [3]])], {"G"}), {"G": 10}, set(), [3])
     update_states(runner, so)
     for t in range(2):
         for g in range(2):
-            assert not slot_bytes(t, slot("G", g)).any(), (
-                f"request G resumed without a hit kept its old GDN state (tensor {t}, group {g})")
+            got = slot_bytes(t, slot("G", g))
+            assert not got.any(), (
+                f"request G resumed without a hit: its GDN slot (tensor {t}, group {g}) is not zeroed; it holds "
+                f"{'its old GDN state' if g == 0 and torch.equal(got, g_state[t]) else 'other data'}")
     touched_slots, touched_blocks = changed(before)
     assert touched_slots <= {slot("G", g) for g in range(2)} and not touched_blocks, "step 7 touched other state"
 
@@ -530,6 +537,11 @@ def _limits(cls: Any, runner: Any, bound: dict[str, Any]) -> None:
         config.kv_cache_groups[0], types.SimpleNamespace(kv_cache_spec=other_block,
                                                          layer_names=config.kv_cache_groups[1].layer_names),
         config.kv_cache_groups[2]]})
+    fine_block = copy.copy(config.kv_cache_groups[ATTN_GID].kv_cache_spec)
+    fine_block.block_size = KERNEL_BLOCK
+    fine_attention = types.SimpleNamespace(**{**vars(config), "kv_cache_groups": [
+        *config.kv_cache_groups[:ATTN_GID],
+        types.SimpleNamespace(kv_cache_spec=fine_block, layer_names=config.kv_cache_groups[ATTN_GID].layer_names)]})
     no_attention = types.SimpleNamespace(**{**vars(config), "kv_cache_tensors": [
         types.SimpleNamespace(size=t.size, shared_by=[n for n in t.shared_by if n not in ATTN_LAYERS])
         for t in config.kv_cache_tensors]})
@@ -544,6 +556,9 @@ def _limits(cls: Any, runner: Any, bound: dict[str, Any]) -> None:
          lambda: cls.create(types.SimpleNamespace(**{**vars(vllm_config), "speculative_config": object()}), *args)),
         ("prefix_match_unit 16 with 48-token blocks", NotImplementedError, "inside a block",
          lambda: cls.create(with_cache(prefix_match_unit=KERNEL_BLOCK), *args)),
+        # Without prefix_match_unit vLLM hashes every gcd of the group block sizes: 16 tokens here.
+        ("16-token attention blocks with 48-token GDN blocks", NotImplementedError, "inside a block",
+         lambda: cls.create(vllm_config, fine_attention, *args[1:])),
         ("KV cache tensors without an attention layer", NotImplementedError, "one attention layer",
          lambda: cls.create(vllm_config, no_attention, *args[1:])),
         ("attention pages smaller than a GDN state", ValueError, "does not fit",
@@ -559,9 +574,86 @@ def _limits(cls: Any, runner: Any, bound: dict[str, Any]) -> None:
             assert says in str(exc), f"{what}: refused, but the error does not say why: {exc!r}"
         else:
             raise AssertionError(f"{what}: not refused; the prefix cache would serve it with wrong GDN states")
-    extra = types.SimpleNamespace(**{**vars(config), "kv_cache_tensors": [
-        *config.kv_cache_tensors, types.SimpleNamespace(size=0, shared_by=["layers.11.self_attn.attn"])]})
-    assert len(cls.create(vllm_config, extra, *args[1:]).tensors) == 2, "a tensor without GDN layers got pages"
+    # A third layer of the attention group whose KV cache tensor no GDN layer shares.
+    lone = "layers.11.self_attn.attn"
+    attn_group = config.kv_cache_groups[ATTN_GID]
+    extra = types.SimpleNamespace(**{
+        **vars(config),
+        "kv_cache_groups": [*config.kv_cache_groups[:ATTN_GID], types.SimpleNamespace(
+            kv_cache_spec=attn_group.kv_cache_spec, layer_names=[*attn_group.layer_names, lone])],
+        "kv_cache_tensors": [*config.kv_cache_tensors, types.SimpleNamespace(size=0, shared_by=[lone])]})
+    extra_caches = {**bound, lone: tuple(torch.zeros_like(c) for c in bound[ATTN_LAYERS[0]][:2]) + (None, None)}
+    assert len(cls.create(vllm_config, extra, extra_caches, *args[2:]).tensors) == 2, (
+        "a tensor without GDN layers got pages")
+    _layouts(cls, vllm_config)
+
+
+def _layouts(cls: Any, vllm_config: Any) -> None:
+    """Other hybrids that the prefix cache serves: one GDN group; attention blocks of two GDN blocks
+    (vLLM hashes every gcd of the block sizes, 48 here); a GDN state exactly as large as an
+    attention page. A checkpoint saved at a block boundary lands in the attention page of its
+    block (the state bytes over the K page, then the V page) and restores bit-exact."""
+    attn = FullAttentionSpec(BLOCK, KV_HEADS, HEAD_SIZE, torch.bfloat16)
+    gdn = MambaSpec(BLOCK, attn.page_size_bytes, shapes=((WIDTH - 1, CONV_DIM), (HEADS, KDIM, VDIM)))
+    # 1024 bf16 + 256 float32 = 3072 bytes = 2 * 48 tokens * 16 values * 2 bytes: the whole page.
+    exact = MambaSpec(BLOCK, attn.page_size_bytes, shapes=((1024,), (256,)))
+    wide = FullAttentionSpec(2 * BLOCK, KV_HEADS, HEAD_SIZE, torch.bfloat16)
+    gen = torch.Generator().manual_seed(1)
+    for what, gdn_spec, num_gdn, attn_spec in [("one GDN group", gdn, 1, attn),
+                                               ("96-token attention blocks over 48-token GDN blocks", gdn, 2, wide),
+                                               ("a GDN state exactly as large as an attention page", exact, 2, attn)]:
+        groups = [types.SimpleNamespace(kv_cache_spec=gdn_spec, layer_names=list(GDN_GROUPS[g]))
+                  for g in range(num_gdn)]
+        groups.append(types.SimpleNamespace(kv_cache_spec=attn_spec, layer_names=list(ATTN_LAYERS)))
+        config = types.SimpleNamespace(num_blocks=NUM_BLOCKS, kv_cache_groups=groups, kv_cache_tensors=[
+            types.SimpleNamespace(size=NUM_BLOCKS * attn_spec.page_size_bytes,
+                                  shared_by=[*(GDN_GROUPS[g][i] for g in range(num_gdn)), ATTN_LAYERS[i]])
+            for i in range(2)])
+        kv_caches: dict[str, Any] = {}
+        states = []
+        for i in range(2):
+            # As initialize_kv_cache allocates them: one compact state tuple for the GDN layers of a
+            # tensor, and K/V caches over the pool plus a spare kernel block.
+            state = tuple(torch.randn(MAX_REQS * num_gdn + 2, *shape, generator=gen).to(dtype)
+                          for shape, dtype in zip(gdn_spec.shapes, gdn_spec.dtypes))
+            kv_caches.update({GDN_GROUPS[g][i]: state for g in range(num_gdn)})
+            rows = NUM_BLOCKS * attn_spec.block_size + KERNEL_BLOCK
+            kv_caches[ATTN_LAYERS[i]] = (torch.zeros(rows, KV_HEADS, HEAD_SIZE, dtype=torch.bfloat16),
+                                         torch.zeros(rows, KV_HEADS, HEAD_SIZE, dtype=torch.bfloat16), None, None)
+            states.append(state)
+        try:
+            cache = cls.create(vllm_config, config, kv_caches, {g: g for g in range(num_gdn)}, num_gdn, num_gdn)
+        except Exception as exc:
+            raise AssertionError(f"{what}: refused, but it can be served: {exc!r}") from exc
+        # Request R (base slot 1, so slot num_gdn + g + 1 of group g) ends its first 48 tokens: group g
+        # checkpoints into block 5 + g.
+        req = ReqState(req_id="R", num_computed_tokens=0, block_ids=[[5 + g] for g in range(num_gdn)] + [[9]])
+        saved = [[_row_bytes(states[i], num_gdn + g + 1).clone() for g in range(num_gdn)] for i in range(2)]
+        cache.save_after_forward({"R": BLOCK}, {"R": req}, {"R": 1})
+        size = attn_spec.block_size
+        for i in range(2):
+            kc, vc = kv_caches[ATTN_LAYERS[i]][:2]
+            for g in range(num_gdn):
+                b = 5 + g
+                page = torch.cat([c[b * size:(b + 1) * size].reshape(-1).view(torch.uint8) for c in (kc, vc)])
+                assert torch.equal(page[:saved[i][g].numel()], saved[i][g]), (
+                    f"{what}: the checkpoint of GDN group {g} is not in the attention page of block {b} (tensor {i})")
+            written = sum(int(c.view(torch.uint8).count_nonzero()) for c in (kc, vc))
+            assert written <= sum(int(s.count_nonzero()) for s in saved[i]), (
+                f"{what}: the checkpoints wrote outside their pages (tensor {i})")
+        for state in states:
+            for s in state:
+                s.zero_()
+        cache.load_slot(1, req.block_ids, BLOCK)
+        for i in range(2):
+            for g in range(num_gdn):
+                assert torch.equal(_row_bytes(states[i], num_gdn + g + 1), saved[i][g]), (
+                    f"{what}: GDN group {g} (tensor {i}) does not restore its checkpoint bit-exact")
+
+
+def _row_bytes(state: tuple[torch.Tensor, ...], index: int) -> torch.Tensor:
+    """The bytes of one compact slot: its conv state, then its SSM state."""
+    return torch.cat([s[index].reshape(-1).view(torch.uint8) for s in state])
 
 
 def _without_prefix_caching(root: Path, ns: dict[str, Any], hook_code: Any, get_shape: Any) -> None:
@@ -610,11 +702,15 @@ def _start_up(root: Path) -> None:
     # warning. verify's whole-pack tree also carries gdn-prefix-cache-guard, which this fix
     # supersedes, and whose check comes later in the same block: there the start is refused by it
     # (apply never installs both).
-    start = gdn_start(root, prefix_caching=True)
-    guard = isinstance(start.error, ValueError) and "does not support prefix caching" in str(start.error)
-    assert (start.error is None and start.compact) or guard, f"compact GDN, --enable-prefix-caching: {describe(start)}"
-    assert not start.warnings and any("prefix-cache hits restore GDN states" in i for i in start.infos), (
-        f"compact GDN, --enable-prefix-caching: warnings {start.warnings}, infos {start.infos}")
+    # VLLM_COMPACT_GDN=True is compact mode too (_compact_gdn_enabled lower-cases it), so it is served
+    # as well, not refused as non-compact.
+    for what, env in [("compact GDN, --enable-prefix-caching", {}),
+                      ("VLLM_COMPACT_GDN=True, --enable-prefix-caching", {"VLLM_COMPACT_GDN": "True"})]:
+        start = gdn_start(root, prefix_caching=True, env=env)
+        guard = isinstance(start.error, ValueError) and "does not support prefix caching" in str(start.error)
+        assert (start.error is None and start.compact) or guard, f"{what}: {describe(start)}"
+        assert not start.warnings and any("prefix-cache hits restore GDN states" in i for i in start.infos), (
+            f"{what}: warnings {start.warnings}, infos {start.infos}")
     for what, env, kwargs in [("VLLM_COMPACT_GDN=0, --enable-prefix-caching", {"VLLM_COMPACT_GDN": "0"}, {}),
                               ("PD serving (compact GDN turned off), --enable-prefix-caching", {},
                                {"kv_transfer": True})]:
