@@ -6,7 +6,8 @@ LogprobsProcessor.update_from_output, which OutputProcessor.process_outputs call
 exception handling inside AsyncLLM's output handler, sample and prompt logprobs holding bad ids.
 The tokenizer stand-in behaves like a byte-level fast tokenizer: ids outside the u32 range raise
 OverflowError, ids past the vocabulary decode to nothing, and a lone UTF-8 lead byte decodes to
-U+FFFD.
+U+FFFD. A SentencePiece (slow) stand-in raises IndexError for any id past the vocabulary, as
+sentencepiece does, so the first id past it (id == len(tokenizer)) is checked as well.
 """
 
 from __future__ import annotations
@@ -44,6 +45,18 @@ class ByteLevelTokenizer:
         return b"".join(self.vocab.get(i, b"") for i in ids).decode("utf-8", errors="replace")
 
 
+class SentencePieceTokenizer(ByteLevelTokenizer):
+    """A SentencePiece-backed (slow) tokenizer, e.g. --tokenizer-mode slow: sentencepiece's decode
+    raises IndexError ("piece id is out of range") for any id outside the vocabulary, the first
+    one past it (id == len(tokenizer), e.g. a row of a padded lm_head) included."""
+
+    def decode(self, ids: list[int], **kwargs: Any) -> str:
+        for i in ids:
+            if not 0 <= i < VOCAB_SIZE:
+                raise IndexError("OUT_OF_RANGE: piece id is out of range.")
+        return super().decode(ids)
+
+
 class LeadByteZeroTokenizer(ByteLevelTokenizer):
     """Id 0 is a real token too: here the lead byte of "é" (ids 0 and 5 swapped)."""
 
@@ -58,6 +71,7 @@ class MetaspaceTokenizer(ByteLevelTokenizer):
     )
 
     def convert_ids_to_tokens(self, ids: list[int], **kwargs: Any) -> list[str | None]:
+        # As PreTrainedTokenizerFast: None for an id past the vocabulary (id_to_token).
         for i in ids:
             if not 0 <= i < 2**32:
                 raise OverflowError("out of range integral type conversion attempted")
@@ -89,7 +103,10 @@ def _modules(trees: Trees) -> tuple[ModuleType, ModuleType, ModuleType]:
 def _run(what: str, fn: Any) -> Any:
     try:
         return fn()
-    except OverflowError as exc:
+    except (OverflowError, IndexError, TypeError) as exc:
+        # OverflowError: a fast tokenizer given an id outside u32; IndexError: sentencepiece given an
+        # id past its vocabulary; TypeError: a None raw piece (an id past the vocabulary of a Metaspace
+        # fast tokenizer) handed to _restore_leading_spaces.
         raise AssertionError(
             f"{what}: {exc!r} escapes to AsyncLLM's output handler, which then stops "
             "processing outputs for every request"
@@ -113,9 +130,20 @@ def check(trees: Trees) -> None:
         # Id 0 is in the vocabulary: it decodes as itself, not as an out-of-vocab id.
         assert got == ["<s>", "hello", "", "", " world", ""], f"{kind}: decoded {got}"
 
+    # The first id past the vocabulary (VOCAB_SIZE == len(tokenizer)) alone among good ids: no id is
+    # negative or beyond u32, so only the upper bound of the vocabulary check can catch it.
+    for tok in (ByteLevelTokenizer(), MetaspaceTokenizer(), SentencePieceTokenizer()):
+        kind = type(tok).__name__
+        got = _run(
+            f"convert_ids_list_to_tokens({kind}, [1, {VOCAB_SIZE}])",
+            lambda tok=tok: du.convert_ids_list_to_tokens(tok, [1, VOCAB_SIZE]),
+        )
+        assert got == ["hello", ""], f"{kind}: [1, {VOCAB_SIZE}] decoded {got}"
+
     for flat in (False, True):
         _check_processor(engine_lp.LogprobsProcessor, lp, flat)
         _check_zero_context(engine_lp.LogprobsProcessor, lp, flat)
+        _check_vocab_boundary_context(engine_lp.LogprobsProcessor, lp, flat)
 
 
 def _sampled(processor_cls: Any, lp: ModuleType, flat: bool, tokenizer: Any, rows: list[list[int]], what: str) -> Any:
@@ -149,6 +177,20 @@ def _check_zero_context(processor_cls: Any, lp: ModuleType, flat: bool) -> None:
         [(0, ""), (1, "hello"), (-1, "")],
         [(6, "é"), (3, "!"), (2**32, "")],
     ], f"sample logprobs ({kind}) after sampled id 0 decoded as {_decoded(proc.logprobs)}"
+
+
+def _check_vocab_boundary_context(processor_cls: Any, lp: ModuleType, flat: bool) -> None:
+    """A sampled id equal to the vocabulary size sits in the UTF-8 correction's context: with a
+    SentencePiece tokenizer it must be left out of the decode, and "é" (ids 5, then 6 after it)
+    still decodes at the third position."""
+    kind = "FlatLogprobs" if flat else "list"
+    rows = [[5, 1, VOCAB_SIZE], [VOCAB_SIZE, 2, 3], [6, 3, 4]]
+    proc = _sampled(processor_cls, lp, flat, SentencePieceTokenizer(), rows, f"sampled id {VOCAB_SIZE}")
+    assert _decoded(proc.logprobs) == [
+        [(5, ""), (1, "hello"), (VOCAB_SIZE, "")],
+        [(VOCAB_SIZE, ""), (2, " world"), (3, "!")],
+        [(6, "é"), (3, "!"), (4, " a")],
+    ], f"sample logprobs ({kind}) after sampled id {VOCAB_SIZE} decoded as {_decoded(proc.logprobs)}"
 
 
 def _check_processor(processor_cls: Any, lp: ModuleType, flat: bool) -> None:

@@ -1,15 +1,17 @@
 """prompt-logprobs: prompt logprobs must be computed from each request's own token rows, whatever the
 layout of the prefill hidden states.
 
-Runs the tree's real ``HPUModelRunner.sample_tokens`` for one prefill batch of three requests (two
-with ``prompt_logprobs``, one of them a resumed chunk) until its first sampler call, takes the
+Runs the tree's real ``HPUModelRunner.sample_tokens`` for one prefill batch of four requests (three
+with ``prompt_logprobs``: one whole prompt, the last chunk of a chunked prefill, and a middle chunk,
+for which every scheduled token has a prompt logprob) until its first sampler call, takes the
 per-request hidden states it collected, and feeds them to the tree's real
 ``_get_prompt_logprobs_dict`` (with the real ``_gather_prompt_logprobs_hpu`` and vLLM's real
 ``LogprobsTensors``). The model is a stand-in: the hidden state of a token is its embedding row and
 ``compute_logits`` is a matmul with an lm_head, which like the real one needs ``[n, hidden]``
 input. Layouts: flat ``[bs * seq, H]`` (flatten_input: qwen3_moe, qwen3_5_moe, ...), ``[bs, seq, H]``,
-and merged prefill ``[total, H]`` / ``[1, total, H]``. The result must equal a reference computed
-from the prompts directly.
+and merged prefill ``[total, H]`` / ``[1, total, H]``. The result (and, for the middle chunk, the
+rows it fills in the request's in-progress prompt logprobs) must equal a reference computed from the
+prompts directly.
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ OUTPUTS = "vllm/v1/outputs.py"
 VOCAB = 64
 HIDDEN = 32
 SEQ = 8  # padded prefill length (2-D prefill bucket)
-MERGED_LEN = 16  # padded total length (merged prefill bucket)
-# req id: (prompt token ids, num_computed_tokens, num_prompt_logprobs or None)
+MERGED_LEN = 24  # padded total length (merged prefill bucket)
+# req id: (prompt token ids, num_computed_tokens, num_prompt_logprobs or None, num_scheduled_tokens)
 REQUESTS = {
-    "req-a": ([10, 11, 12, 13], 0, 2),
-    "req-c": ([20, 21, 22], 0, None),
-    "req-b": ([30, 31, 32, 33, 34, 35, 36, 37], 3, 1),  # last chunk of a chunked prefill
+    "req-a": ([10, 11, 12, 13], 0, 2, 4),
+    "req-c": ([20, 21, 22], 0, None, 3),
+    "req-b": ([30, 31, 32, 33, 34, 35, 36, 37], 3, 1, 5),  # last chunk of a chunked prefill
+    # A middle chunk (positions 2-5 of 10): its 4 scheduled tokens all have a next prompt token, so
+    # it needs all 4 hidden-state rows, where a last chunk needs one fewer.
+    "req-d": ([40, 41, 42, 43, 44, 45, 46, 47, 48, 49], 2, 1, 4),
 }
 
 _gen = torch.Generator().manual_seed(0)
@@ -48,8 +53,8 @@ class _Stop(Exception):
 
 
 def _scheduled(rid: str) -> list[int]:
-    prompt, computed, _ = REQUESTS[rid]
-    return prompt[computed:]
+    prompt, computed, _, scheduled = REQUESTS[rid]
+    return prompt[computed:computed + scheduled]
 
 
 def _compute_logits(hidden_states: torch.Tensor) -> torch.Tensor:
@@ -80,9 +85,9 @@ def _make_runner(runner_cls: type[RunnerStandIn], merged: bool, flat: bool) -> R
     runner = stand_in_runner(runner_cls, scheduler_output, order, merged_prefill=merged)
     runner.requests = {
         rid: SimpleNamespace(prompt_token_ids=list(prompt), num_computed_tokens=computed, output_token_ids=[])
-        for rid, (prompt, computed, _) in REQUESTS.items()
+        for rid, (prompt, computed, _, _) in REQUESTS.items()
     }
-    runner.input_batch.num_prompt_logprobs = {rid: n for rid, (_, _, n) in REQUESTS.items() if n is not None}
+    runner.input_batch.num_prompt_logprobs = {rid: n for rid, (_, _, n, _) in REQUESTS.items() if n is not None}
     runner.input_batch.in_progress_prompt_logprobs_cpu = {}
     runner.model = SimpleNamespace(compute_logits=_compute_logits)
     runner.sampler = SimpleNamespace(compute_logprobs=lambda logits: logits.log_softmax(dim=-1, dtype=torch.float32))
@@ -90,8 +95,9 @@ def _make_runner(runner_cls: type[RunnerStandIn], merged: bool, flat: bool) -> R
     runner._get_prompts_and_decodes = lambda *args, **kwargs: SimpleNamespace(
         prompt_req_ids=list(order), decode_req_ids=[], prompt_scheduled_tokens=[len(_scheduled(r)) for r in order])
 
-    # One prefill batch with the three requests, laid out as _form_prefill_batch does: one padded row
-    # per request (bucket 4 x SEQ), or all requests back to back in one row (merged prefill).
+    # One prefill batch with the four requests, laid out as _form_prefill_batch does: one padded row
+    # per request and a padding row (bucket 5 x SEQ), or all requests back to back in one row (merged
+    # prefill).
     rows = [_scheduled(rid) for rid in order]
     if merged:
         flat_tokens = [t for row in rows for t in row]
@@ -135,9 +141,16 @@ def _collected_hidden_states(runner: RunnerStandIn) -> dict[str, torch.Tensor]:
     raise RuntimeError("sample_tokens did not reach its prefill sampler call")
 
 
+def _final_chunk(rid: str) -> bool:
+    prompt, computed, _, scheduled = REQUESTS[rid]
+    return computed + scheduled == len(prompt)
+
+
 def _reference(rid: str) -> tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor]:
-    prompt, computed, num = REQUESTS[rid]
-    num_logits = min(len(prompt) - computed, len(prompt) - computed - 1)
+    prompt, computed, num, scheduled = REQUESTS[rid]
+    # A token has a prompt logprob when a prompt token follows it: all of a middle chunk's tokens,
+    # all but the last of a final chunk's.
+    num_logits = scheduled - 1 if _final_chunk(rid) else scheduled
     positions = list(range(computed, computed + num_logits))
     logprobs = (EMBED[[prompt[p] for p in positions]] @ LM_HEAD.T).log_softmax(dim=-1, dtype=torch.float32)
     targets = torch.tensor([prompt[p + 1] for p in positions])
@@ -170,11 +183,17 @@ def check(trees: Trees) -> None:
             result = runner._get_prompt_logprobs_dict(collected, scheduler_output)
         except AssertionError as exc:
             raise AssertionError(f"{layout}: {exc}") from exc
-        expected = sorted(rid for rid, (_, _, n) in REQUESTS.items() if n is not None)
+        except RuntimeError as exc:  # e.g. gathering targets for more rows than there are logits
+            raise AssertionError(f"{layout}: computing prompt logprobs fails in the worker ({exc}); "
+                                 "the engine dies") from exc
+        with_logprobs = sorted(rid for rid, (_, _, n, _) in REQUESTS.items() if n is not None)
+        expected = [rid for rid in with_logprobs if _final_chunk(rid)]
         assert sorted(result) == expected, f"{layout}: prompt logprobs returned for {sorted(result)}, not {expected}"
-        for rid in expected:
+        # A middle chunk's prompt logprobs are returned with a later step; this step fills its rows.
+        in_progress = runner.input_batch.in_progress_prompt_logprobs_cpu
+        for rid in with_logprobs:
             chunk, ids, logprobs, ranks = _reference(rid)
-            got = result[rid]
+            got = result[rid] if _final_chunk(rid) else in_progress[rid]
             same = (torch.equal(got.logprob_token_ids[chunk], ids)
                     and torch.equal(got.selected_token_ranks[chunk], ranks)
                     and torch.allclose(got.logprobs[chunk], logprobs))

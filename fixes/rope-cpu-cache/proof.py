@@ -19,11 +19,12 @@ fp32 results. This is an emulation of the reported defect, not Gaudi's algorithm
 
 Checked, for what the model will use: every RoPE variant built on the emulated HPU has its table on
 the HPU (``_OnHpu``) and equal (max abs difference <= 1e-6) to the same module built on the CPU,
-the plain variants at 163,840 positions; and Qwen3.5's table (interleaved mrope, rotary_dim 64 of
-head 256, theta 1e7, 4 * 65,536 rows) is within 1e-5 of an fp64 reference for pair 0 (angle = the
-position) at positions 196,608-262,143, and within the fp32 angle-rounding bound elsewhere. Any fix
-that gives the HPU model a CPU-accurate table passes, however it decides to compute on the CPU.
-Whether Gaudi's real fp32 trig is wrong exactly this way needs a Gaudi.
+the plain variants at 163,840 positions, and Phi3LongRoPE (not a RotaryEmbeddingBase, patched
+on its own) with a 163,840-row long cache whose pair 0 angle is the position; and Qwen3.5's table
+(interleaved mrope, rotary_dim 64 of head 256, theta 1e7, 4 * 65,536 rows) is within 1e-5 of an
+fp64 reference for pair 0 (angle = the position) at positions 196,608-262,143, and within the fp32
+angle-rounding bound elsewhere. Any fix that gives the HPU model a CPU-accurate table passes,
+however it decides to compute on the CPU. Whether Gaudi's real fp32 trig is wrong exactly this way needs a Gaudi.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ MAX_POSITION = 163840  # angles of the inv_freq == 1 pair reach 163,839 > 1.5e5
 # Four pairs: pair 0 (inv_freq == 1, angle == position) is where the HPU trig goes wrong; more
 # pairs would only multiply the work (tables of up to 491,520 rows).
 ROTARY_DIM = 8
+PAIRS = ROTARY_DIM // 2
 HPU_TRIG_EXACT_BELOW = 1.5e5
 _TWO_PI_FP32 = torch.tensor(2 * math.pi, dtype=torch.float32)
 _TRIG = {torch.cos: "cos", torch.sin: "sin", torch.Tensor.cos: "cos", torch.Tensor.sin: "sin"}
@@ -179,8 +181,11 @@ def _variants(rope: Any, hpu: Any) -> dict[str, Any]:
         "HPUYaRNScalingRotaryEmbedding": lambda: hpu.HPUYaRNScalingRotaryEmbedding(*a, 2.0, bf16),
         "HPUDeepseekScalingRotaryEmbedding": lambda: hpu.HPUDeepseekScalingRotaryEmbedding(*a, 2.0, bf16),
         "HPULlama3RotaryEmbedding": lambda: hpu.HPULlama3RotaryEmbedding(*a, bf16, 8.0, 1.0, 4.0, 2048),
+        # Phi3LongRoPE is not a RotaryEmbeddingBase: its table is the short cache (4096 rows) and then
+        # the long cache (max_position rows, long_factor[0] == 1.0 as in Phi-3's configs, so pair 0's
+        # angle is the position), which reaches past the HPU threshold as the plain variants do.
         "HPUPhi3LongRoPEScaledRotaryEmbedding": lambda: hpu.HPUPhi3LongRoPEScaledRotaryEmbedding(
-            64, 32, 8192, 4096, 10000.0, True, bf16, [1.0] * 16, [2.0] * 16
+            64, ROTARY_DIM, MAX_POSITION, 4096, 10000.0, True, bf16, [1.0] * PAIRS, [1.0] + [2.0] * (PAIRS - 1)
         ),
         "HPULlama4VisionRotaryEmbedding": lambda: hpu.HPULlama4VisionRotaryEmbedding(
             88, 88, 576, 10000.0, False, bf16
@@ -268,9 +273,9 @@ def check(trees: Any) -> None:
     for where, mode in (("HPU", _EmulatedHpu), ("CPU", contextlib.nullcontext)):
         with mode():
             phi3 = _variants(rope, hpu)["HPUPhi3LongRoPEScaledRotaryEmbedding"]()
-            by_position = phi3._compute_cos_sin_cache(4096, [1.0] * 16, 1.5)
+            by_position = phi3._compute_cos_sin_cache(4096, [1.0] * PAIRS, 1.5)
             try:
-                by_keyword = phi3._compute_cos_sin_cache(max_position_embeddings=4096, rescale_factors=[1.0] * 16,
+                by_keyword = phi3._compute_cos_sin_cache(max_position_embeddings=4096, rescale_factors=[1.0] * PAIRS,
                                                          mscale=1.5)
             except TypeError as exc:
                 problems.append(f"{where} default device: Phi3LongRoPE _compute_cos_sin_cache called with keyword "

@@ -18,7 +18,8 @@ segfaults the worker in lazy mode (PT_HPU_LAZY_MODE=1), and any other use is tre
 (b) a CPU generator draws into an HPU tensor: torch refuses a generator of another device type
 ("Expected a 'hpu' device type for generator"). Draws without a generator run (on meta).
 
-Checked: sampling a batch with seeded rows on the emulated HPU does not fail; and on the CPU, with
+Checked: sampling a batch with seeded rows on the emulated HPU does not fail, also with the HPU as
+the default device (tensors made without a device land there); and on the CPU, with
 the runner's generators, the noise rows and the samples are bit-identical to vLLM's stock CPU
 ``random_sample`` with CPU generators of the same seeds (seeded and unseeded rows, fp32 and fp64
 noise), i.e. a seeded request draws exactly what vLLM on a CPU draws. The real segfault, and
@@ -205,6 +206,17 @@ def check(trees: Trees) -> None:
         assert out.device.type == STAND_IN and tuple(out.shape) == (4,), "random_sample output shape/device"
     except _DeviceFailure as exc:
         problems.append(f"sampling seeded rows on the HPU fails: {exc}")
+    # a2. The same with the HPU as the default device (a caller under ``with torch.device("hpu")``,
+    #     or torch.set_default_device("hpu") in a script running the engine in its own process):
+    #     the seeded rows must still be drawn on the CPU, where their generators are, not wherever
+    #     a tensor made without a device lands.
+    probs = _probs(4, STAND_IN)
+    try:
+        with _EmulatedHpu(), torch.device(STAND_IN):
+            out = sample(probs, gens)
+        assert out.device.type == STAND_IN and tuple(out.shape) == (4,), "random_sample output shape/device"
+    except _DeviceFailure as exc:
+        problems.append(f"sampling seeded rows on the HPU, with the HPU as the default device, fails: {exc}")
 
     # b. On the CPU, with the runner's generators: the same noise and samples as vLLM's stock CPU
     #    random_sample with CPU generators of the same seeds.
