@@ -55,7 +55,8 @@ class SamplingParams:
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                  repetition_penalty: float = 1.0, logit_bias: dict[int, float] | None = None,
                  min_tokens: int = 0, stop_token_ids: tuple[int, ...] = (),
-                 bad_words_token_ids: list[list[int]] | None = None) -> None:
+                 bad_words_token_ids: list[list[int]] | None = None,
+                 allowed_token_ids: list[int] | None = None) -> None:
         self.temperature = temperature
         self.sampling_type = SamplingType.GREEDY if temperature < 1e-5 else SamplingType.RANDOM
         self.top_p = top_p
@@ -70,7 +71,7 @@ class SamplingParams:
         self.bad_words_token_ids = bad_words_token_ids
         self.logprobs = None
         self.prompt_logprobs = None
-        self.allowed_token_ids = None
+        self.allowed_token_ids = allowed_token_ids
         self.seed = None
         self.extra_args = None
 
@@ -188,3 +189,17 @@ def make_request(ib: types.ModuleType, req_id: str, params: SamplingParams, prom
     return ib.CachedRequestState(req_id=req_id, prompt_token_ids=prompt, mm_features=[], sampling_params=params,
                                  generator=None, block_ids=[blocks or [1]], num_computed_tokens=num_computed,
                                  output_token_ids=list(output or []))
+
+
+def load_apply_logits_processors(trees: Trees) -> Any:
+    """vLLM's real ``Sampler.apply_logits_processors`` (the allowed-token mask, bad words, the
+    processors), bound to a stand-in sampler whose penalties are off (no_penalties=True returns the
+    logits as they are)."""
+    assert trees.vllm is not None
+    vllm = trees.vllm / "vllm"
+    bad_words = exec_file("vllm.v1.sample.ops.bad_words", vllm / "v1/sample/ops/bad_words.py")
+    fn = load_function(vllm / "v1/sample/sampler.py", "Sampler.apply_logits_processors", {
+        "torch": torch, "apply_bad_words": bad_words.apply_bad_words,
+        "SamplingMetadata": sys.modules["vllm.v1.sample.metadata"].SamplingMetadata})
+    sampler = types.SimpleNamespace(apply_penalties=lambda logits, metadata, output_token_ids: logits)
+    return functools.partial(fn, sampler)

@@ -13,38 +13,25 @@ put into the hole a finished request left in the same step (remove_request() cle
 
 from __future__ import annotations
 
-import functools
-import sys
 from types import SimpleNamespace
 from typing import Any, cast
 
 import torch
 
-from fixes._support.input_batch import VOCAB, SamplingParams, SamplingType, exec_file, load_input_batch, make_batch
+from fixes._support.input_batch import (
+    VOCAB,
+    SamplingParams,
+    SamplingType,
+    load_apply_logits_processors,
+    load_input_batch,
+    make_batch,
+)
 from fixes._support.runner import runner_class
-from fixpack.proofkit import Trees, load_function
+from fixpack.proofkit import Trees
 
 RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
 EVERY_TOKEN = list(range(VOCAB))
 PROMPT = [1, 2, 3, 4]
-
-
-def load_apply_logits_processors(trees: Trees) -> Any:
-    assert trees.vllm is not None
-    vllm = trees.vllm / "vllm"
-    bad_words = exec_file("vllm.v1.sample.ops.bad_words", vllm / "v1/sample/ops/bad_words.py")
-    fn = load_function(vllm / "v1/sample/sampler.py", "Sampler.apply_logits_processors", {
-        "torch": torch, "apply_bad_words": bad_words.apply_bad_words,
-        "SamplingMetadata": sys.modules["vllm.v1.sample.metadata"].SamplingMetadata})
-    # Penalties are off in these scenes (no_penalties=True returns the logits as they are).
-    sampler = SimpleNamespace(apply_penalties=lambda logits, metadata, output_token_ids: logits)
-    return functools.partial(fn, sampler)
-
-
-def _params(allowed: list[int] | None) -> SamplingParams:
-    params = SamplingParams(temperature=0.0)
-    params.allowed_token_ids = allowed  # the stand-in has no keyword for it
-    return params
 
 
 def _show(tokens: list[int]) -> str:
@@ -81,8 +68,9 @@ class Engine:
         for rid, allowed in new.items():
             self.allowed[rid] = allowed
             self.blocks += 1
+            params = SamplingParams(temperature=0.0, allowed_token_ids=allowed)
             new_reqs.append(SimpleNamespace(req_id=rid, prompt_token_ids=list(PROMPT), mm_features=[],
-                                            sampling_params=_params(allowed), pooling_params=None,
+                                            sampling_params=params, pooling_params=None,
                                             block_ids=[[self.blocks]], num_computed_tokens=0, lora_request=None))
         cached = [*running, *resumed]
         computed = [len(self.runner.requests[rid].prompt_token_ids) for rid in running] + [0] * len(resumed)

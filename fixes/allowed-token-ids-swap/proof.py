@@ -11,30 +11,24 @@ with allowed_token_ids_mask. The tokens left finite in a request's row are the t
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from fixes._support.input_batch import VOCAB, SamplingParams, exec_file, load_input_batch, make_batch, make_request
+from fixes._support.input_batch import (
+    VOCAB,
+    SamplingParams,
+    load_apply_logits_processors,
+    load_input_batch,
+    make_batch,
+    make_request,
+)
 from fixpack.proofkit import Trees, load_function
 
 RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
 EVERY_TOKEN = list(range(VOCAB))
-
-
-def load_apply_logits_processors(trees: Trees) -> Any:
-    assert trees.vllm is not None
-    vllm = trees.vllm / "vllm"
-    bad_words = exec_file("vllm.v1.sample.ops.bad_words", vllm / "v1/sample/ops/bad_words.py")
-    fn = load_function(vllm / "v1/sample/sampler.py", "Sampler.apply_logits_processors", {
-        "torch": torch, "apply_bad_words": bad_words.apply_bad_words,
-        "SamplingMetadata": sys.modules["vllm.v1.sample.metadata"].SamplingMetadata})
-    # Penalties are off in these scenes (no_penalties=True returns the logits as they are).
-    sampler = SimpleNamespace(apply_penalties=lambda logits, metadata, output_token_ids: logits)
-    return functools.partial(fn, sampler)
 
 
 def load_runner(trees: Trees, batch: Any) -> Any:
@@ -47,19 +41,13 @@ def load_runner(trees: Trees, batch: Any) -> Any:
     return runner
 
 
-def _params(allowed: list[int] | None) -> SamplingParams:
-    params = SamplingParams(temperature=0.0)
-    params.allowed_token_ids = allowed  # the stand-in has no keyword for it
-    return params
-
-
 def _add(ib: Any, batch: Any, scene: dict[str, tuple[list[int] | None, int, int]]) -> dict[str, Any]:
     """Add the scene's requests in order: req_id -> (allowed_token_ids, prompt length, computed)."""
     reqs = {}
     for rid, (allowed, prompt_len, computed) in scene.items():
         output = [1] if computed >= prompt_len else []
-        reqs[rid] = make_request(ib, rid, _params(allowed), list(range(1, prompt_len + 1)), output,
-                                 num_computed=computed)
+        params = SamplingParams(temperature=0.0, allowed_token_ids=allowed)
+        reqs[rid] = make_request(ib, rid, params, list(range(1, prompt_len + 1)), output, num_computed=computed)
         batch.add_request(reqs[rid])
     return reqs
 

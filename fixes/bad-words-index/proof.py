@@ -8,27 +8,19 @@ The runner samples each forward pass separately, so a call has only the rows of 
 
 from __future__ import annotations
 
-import functools
-import sys
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from fixes._support.input_batch import VOCAB, SamplingParams, exec_file, load_input_batch, make_batch, make_request
-from fixpack.proofkit import Trees, load_function
-
-
-def load_apply_logits_processors(trees: Trees) -> Any:
-    assert trees.vllm is not None
-    vllm = trees.vllm / "vllm"
-    bad_words = exec_file("vllm.v1.sample.ops.bad_words", vllm / "v1/sample/ops/bad_words.py")
-    fn = load_function(vllm / "v1/sample/sampler.py", "Sampler.apply_logits_processors", {
-        "torch": torch, "apply_bad_words": bad_words.apply_bad_words,
-        "SamplingMetadata": sys.modules["vllm.v1.sample.metadata"].SamplingMetadata})
-    # The sampler itself: penalties are off in this scene (no_penalties=True returns logits as they are).
-    sampler = SimpleNamespace(apply_penalties=lambda logits, metadata, output_token_ids: logits)
-    return functools.partial(fn, sampler)
+from fixes._support.input_batch import (
+    VOCAB,
+    SamplingParams,
+    load_apply_logits_processors,
+    load_input_batch,
+    make_batch,
+    make_request,
+)
+from fixpack.proofkit import Trees
 
 
 def _sample(batch: Any, apply: Any, reqs: dict[str, Any], rows: list[str]) -> torch.Tensor:
