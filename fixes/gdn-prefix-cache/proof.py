@@ -275,16 +275,7 @@ def check(trees: Trees) -> None:
         # __init__'s annotation look up when they run); without such an import they raise NameError.
         ns["GDNPrefixCache"] = _runner_import(runner_py, prefix_cache)
 
-    cache_config = types.SimpleNamespace(block_size=BLOCK, mamba_block_size=BLOCK, mamba_cache_mode="align",
-                                         enable_prefix_caching=True, prefix_match_unit=None)
-    runner = initialize_kv_cache_runner(
-        max_num_seqs=MAX_REQS, num_gdn=4, num_groups=3, kernel_block=KERNEL_BLOCK, get_kv_cache_shape=get_shape,
-        cache_config=cache_config, use_prefix_caching=True, vllm_config_attrs={"speculative_config": None},
-        requests={}, input_batch=InputBatch(), encoder_cache={}, uses_mrope=False, use_async_scheduling=False,
-    )
-    runner.__dict__["_get_attention_group_id_for_hybrid"] = types.MethodType(
-        load_function(runner_py, "HPUModelRunner._get_attention_group_id_for_hybrid", ns), runner)
-    load_function(runner_py, "HPUModelRunner.initialize_kv_cache", ns)(runner, _kv_cache_config())
+    runner = _initialized_runner(runner_py, ns, get_shape, prefix_caching=True)
     update_states = load_function(runner_py, "HPUModelRunner._update_states", ns)
     prepare_idxs = load_function(runner_py, "HPUModelRunner.prepare_mamba_state_idxs", ns)
     hooks = _post_forward_hooks(runner_py)
@@ -656,18 +647,24 @@ def _row_bytes(state: tuple[torch.Tensor, ...], index: int) -> torch.Tensor:
     return torch.cat([s[index].reshape(-1).view(torch.uint8) for s in state])
 
 
-def _without_prefix_caching(root: Path, ns: dict[str, Any], hook_code: Any, get_shape: Any) -> None:
-    runner_py = root / RUNNER
+def _initialized_runner(runner_py: Path, ns: dict[str, Any], get_shape: Any, prefix_caching: bool) -> Any:
+    """A stand-in runner (compact GDN on, align mode) after the tree's real initialize_kv_cache."""
     cache_config = types.SimpleNamespace(block_size=BLOCK, mamba_block_size=BLOCK, mamba_cache_mode="align",
-                                         enable_prefix_caching=False, prefix_match_unit=None)
+                                         enable_prefix_caching=prefix_caching, prefix_match_unit=None)
     runner = initialize_kv_cache_runner(
         max_num_seqs=MAX_REQS, num_gdn=4, num_groups=3, kernel_block=KERNEL_BLOCK, get_kv_cache_shape=get_shape,
-        cache_config=cache_config, use_prefix_caching=False, vllm_config_attrs={"speculative_config": None},
+        cache_config=cache_config, use_prefix_caching=prefix_caching, vllm_config_attrs={"speculative_config": None},
         requests={}, input_batch=InputBatch(), encoder_cache={}, uses_mrope=False, use_async_scheduling=False,
     )
     runner.__dict__["_get_attention_group_id_for_hybrid"] = types.MethodType(
         load_function(runner_py, "HPUModelRunner._get_attention_group_id_for_hybrid", ns), runner)
     load_function(runner_py, "HPUModelRunner.initialize_kv_cache", ns)(runner, _kv_cache_config())
+    return runner
+
+
+def _without_prefix_caching(root: Path, ns: dict[str, Any], hook_code: Any, get_shape: Any) -> None:
+    runner_py = root / RUNNER
+    runner = _initialized_runner(runner_py, ns, get_shape, prefix_caching=False)
     assert runner.__dict__.get("_gdn_prefix_cache") is None, "a GDN prefix cache was built without prefix caching"
     update_states = load_function(runner_py, "HPUModelRunner._update_states", ns)
     tok_a, tok_c = list(range(100, 201)), list(range(400, 430))
