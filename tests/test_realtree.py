@@ -93,15 +93,20 @@ def test_profile_applies_is_idempotent_and_reverts_exactly(real_site: Path):
     assert _tree_hashes(real_site) == pristine
 
 
-def test_verify_profile_on_real_trees(tmp_path: Path):
-    junit = tmp_path / "verify.xml"
+def _verify(*extra: str) -> dict:
+    """``fixpack verify`` of the profile on the real trees, which must pass; its JSON."""
     r = _run(
-        "-m", "fixpack", "verify", "--profile", PROFILE, "--json", "--junit", str(junit),
+        "-m", "fixpack", "verify", "--profile", PROFILE, "--json", *extra,
         f"--source=vllm-gaudi={SRC_GAUDI}", f"--source=vllm={SRC_VLLM}",
     )  # fmt: skip
     out = json.loads(r.stdout)
     failures = {x["fix"]: x["failures"] for x in out["results"] if x["failures"]}
     assert r.returncode == 0 and out["ok"], failures
+    return out
+
+
+def test_verify_profile_on_real_trees(tmp_path: Path):
+    out = _verify("--junit", str(tmp_path / "verify.xml"))
     for result in out["results"]:
         assert result["applies"] and result["compiles"] and result["reverts"], result
         assert result["proof"] in ("demonstrated", "partial"), result
@@ -109,13 +114,7 @@ def test_verify_profile_on_real_trees(tmp_path: Path):
 
 def test_verify_coverage_on_real_trees():
     """Every line the pack adds is run by its fix's proof, or declared unreachable with a reason."""
-    r = _run(
-        "-m", "fixpack", "verify", "--profile", PROFILE, "--json", "--coverage",
-        f"--source=vllm-gaudi={SRC_GAUDI}", f"--source=vllm={SRC_VLLM}",
-    )  # fmt: skip
-    out = json.loads(r.stdout)
-    failures = {x["fix"]: x["failures"] for x in out["results"] if x["failures"]}
-    assert r.returncode == 0 and out["ok"], failures
+    out = _verify("--coverage")
     for result in out["results"]:
         coverage = result["coverage"]
         assert coverage["unrun"] == [] and coverage["covered"] + len(coverage["excluded"]) == coverage["total"], result
