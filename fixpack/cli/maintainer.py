@@ -53,6 +53,14 @@ PROFILE_HELP = "The release profile (default: the cookbook's only profile)."
 
 @click.command()
 @click.option("--profile", "profiles", multiple=True, metavar="NAME", help="Profiles to verify (default: all).")
+@click.option(
+    "--fix",
+    "fix_ids",
+    multiple=True,
+    metavar="ID",
+    help="Run the proofs (and --coverage, --mutants) of these fixes only; the whole pack is still locked, "
+    "applied, compiled and reverted, and a fix left out is still reported if one of those checks fails on it.",
+)
 @SOURCE
 @JSON
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML report.")
@@ -85,6 +93,7 @@ PROFILE_HELP = "The release profile (default: the cookbook's only profile)."
 @guard(_verify_error)
 def verify(
     profiles: tuple[str, ...],
+    fix_ids: tuple[str, ...],
     sources: tuple[str, ...],
     as_json: bool,
     junit: Path | None,
@@ -114,8 +123,15 @@ def verify(
         if missing:
             hint = " ".join(f"--source {d}=DIR" for d in missing)
             raise UsageError(f"verify --profile {prof.name} needs the pristine trees: give {hint}")
+    unknown = [f for f in fix_ids if not any(f in prof.pack for prof in chosen)]
+    if unknown:
+        packs = ", ".join(prof.name for prof in chosen)
+        raise UsageError(f"--fix {unknown[0]}: not a fix of the pack of {packs}")
+    only = frozenset(fix_ids) or None
+    chosen = [prof for prof in chosen if only is None or only & set(prof.pack)]
     verdicts = [v for prof in chosen for v in verify_profile(book, prof, roots, jobs=jobs, mutants=with_mutants,
-                                                                    per_fix=mutants_per_fix, coverage=with_coverage)]
+                                                                    per_fix=mutants_per_fix, coverage=with_coverage,
+                                                                    only=only)]
     if junit:
         junit.write_text(junit_xml(verdicts), encoding="utf-8")
     if as_json:

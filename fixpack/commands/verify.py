@@ -71,13 +71,18 @@ def _metadata_failures(fix: Fix) -> list[str]:
 
 def verify_profile(
     catalog: Catalog, profile: Profile, sources: dict[str, Path], jobs: int = 2, mutants: bool = False,
-    per_fix: int | None = 8, coverage: bool = False,
+    per_fix: int | None = 8, coverage: bool = False, only: frozenset[str] | None = None,
 ) -> list[FixVerdict]:
     """Every check of every fix of the profile; with ``mutants``, also up to ``per_fix`` mutants
     (None: all) of each fix whose proof holds (see ``mutate``), a survivor not recorded as harmless a failure;
     with ``coverage``, the lines each fix adds that its proof runs on the patched tree (see
-    ``proofcover``), an unrun one not declared unreachable a failure."""
-    if any(catalog.fixes[fid].proof.script for fid in profile.pack):
+    ``proofcover``), an unrun one not declared unreachable a failure.
+
+    ``only``: the proofs, coverage and mutants of these fixes alone. The whole pack is still locked,
+    applied, compiled and reverted (the proofs run on it), and a fix left out is still reported
+    when one of those checks fails on it."""
+    checked = [fid for fid in profile.pack if only is None or fid in only]
+    if any(catalog.fixes[fid].proof.script for fid in checked):
         start_server()
     verdicts = {fid: FixVerdict(fid, profile.release, profile.name) for fid in profile.pack}
     for fid in profile.pack:
@@ -108,6 +113,7 @@ def verify_profile(
         }
         threads = threads_per_proof(jobs)
         lines = fix_lines(catalog, profile, pristine_roots, patched_roots) if coverage else {}
+        lines = {fid: found for fid, found in lines.items() if fid in checked}
         include = sorted({ln.file for fl in lines.values() for ln in fl})
         data_dirs = {fid: Path(tmp) / "coverage" / fid for fid in lines}
 
@@ -120,11 +126,11 @@ def verify_profile(
             runs = {
                 (fid, which): pool.submit(run_proof, Path(fix.proof.script), trees[which], threads=threads,
                                           coverage=measure(fid, which))
-                for fid in profile.pack
+                for fid in checked
                 if (fix := catalog.fixes[fid]).proof.script
                 for which in ("pristine", "patched")
             }
-            for fid in profile.pack:
+            for fid in checked:
                 _judge_proof(catalog.fixes[fid], verdicts[fid], runs)
         for fid, fl in lines.items():
             fix = catalog.fixes[fid]
@@ -132,13 +138,14 @@ def verify_profile(
             verdicts[fid].coverage = report
             verdicts[fid].failures += report.failures()
         if mutants:
-            proven = [f for f, v in verdicts.items() if v.proof in (ProofVerdict.DEMONSTRATED, ProofVerdict.PARTIAL)]
+            proven = [f for f in checked if verdicts[f].proof in (ProofVerdict.DEMONSTRATED, ProofVerdict.PARTIAL)]
             scratch = Path(tmp) / "mutants"
             found = mutate(catalog, profile, pristine_roots, patched_roots, proven, per_fix, scratch, jobs)
-            for fid, report in found.items():
+            for fid in checked:
+                report = found[fid]
                 verdicts[fid].mutants = report
                 verdicts[fid].failures += [f"mutant {r.id} survives: {r.description}" for r in report.survivors]
-    return list(verdicts.values())
+    return [v for fid, v in verdicts.items() if fid in checked or v.failures]
 
 
 def _apply_and_revert(
