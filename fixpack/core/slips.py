@@ -44,14 +44,10 @@ def _annotations(tree: ast.AST) -> Iterator[ast.expr]:
             yield node.returns
 
 
-def _annotated(source: str) -> dict[int, list[tuple[int, int]]]:
-    """The character columns ``[start, end)`` that annotations take on each line (1-based). An
-    annotation only tells a type checker something: its tokens are not code to mutate."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return {}
-    lines = patch.split_lines(source)
+def _annotated(tree: ast.AST, lines: list[str]) -> dict[int, list[tuple[int, int]]]:
+    """The character columns ``[start, end)`` that annotations take on each line (1-based) of the
+    file ``tree`` was parsed from. An annotation only tells a type checker something: its tokens
+    are not code to mutate."""
 
     def column(row: int, byte: int) -> int:  # ast counts UTF-8 bytes, tokenize characters
         return len(lines[row - 1].encode(patch.ENC, patch.ERRORS)[:byte].decode(patch.ENC, patch.ERRORS))
@@ -66,10 +62,10 @@ def _annotated(source: str) -> dict[int, list[tuple[int, int]]]:
     return spans
 
 
-def _tokens(source: str) -> dict[int, list[tokenize.TokenInfo]]:
+def _tokens(source: str, annotated: dict[int, list[tuple[int, int]]]) -> dict[int, list[tokenize.TokenInfo]]:
     """The tokens of each line (1-based) that slips look at: a string is one token, so its text is
-    never mutated, and comments and annotations are left out; {} if the file does not tokenize."""
-    annotated = _annotated(source)
+    never mutated, and comments and ``annotated`` columns are left out; {} if the file does not
+    tokenize."""
     by_line: dict[int, list[tokenize.TokenInfo]] = {}
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -259,14 +255,10 @@ def _drop(line: bytes, kind: str, spans: list[_Span], i: int) -> bytes:
     return line[:lo] + (rest.lstrip()[1:] if rest.lstrip().startswith(b",") else rest)
 
 
-def _elem_slips(source: str, rows: set[int]) -> dict[int, list[Slip]]:
-    """The dropped-element slips of the displays in ``source`` (the whole patched file) whose
-    element sits on one of ``rows``, by row; {} if the file does not parse."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return {}
-    lines = [line.rstrip("\r\n").encode(patch.ENC, patch.ERRORS) for line in patch.split_lines(source)]
+def _elem_slips(tree: ast.AST, lines: list[str], rows: set[int]) -> dict[int, list[Slip]]:
+    """The dropped-element slips of the displays in ``tree`` (the whole patched file, as ``lines``)
+    whose element sits on one of ``rows``, by row."""
+    encoded = [line.rstrip("\r\n").encode(patch.ENC, patch.ERRORS) for line in lines]
     skip = _not_displays(tree)
     out: dict[int, list[Slip]] = {}
     for node in ast.walk(tree):
@@ -276,7 +268,7 @@ def _elem_slips(source: str, rows: set[int]) -> dict[int, list[Slip]]:
         kind, spans = display
         for i, (row, _, end_row, _) in enumerate(spans):
             if row == end_row and row in rows:
-                text = _drop(lines[row - 1], kind, spans, i).decode(patch.ENC, patch.ERRORS)
+                text = _drop(encoded[row - 1], kind, spans, i).decode(patch.ENC, patch.ERRORS)
                 out.setdefault(row, []).append(Slip(f"{kind}:drop{i + 1}", text))
     return out
 
@@ -296,6 +288,10 @@ def _line_slips(text: str, toks: list[tokenize.TokenInfo], elems: list[Slip]) ->
 
 def line_slips(source: str, rows: set[int]) -> dict[int, dict[str, list[Slip]]]:
     """Every slip of each of ``rows`` (1-based) of ``source``, a whole Python file, by kind."""
-    tokens, elems = _tokens(source), _elem_slips(source, rows)
     lines = patch.split_lines(source)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):  # no slips then: only a mutant that compiles is kept anyway
+        return {}
+    tokens, elems = _tokens(source, _annotated(tree, lines)), _elem_slips(tree, lines, rows)
     return {row: _line_slips(lines[row - 1].rstrip("\r\n"), tokens.get(row, []), elems.get(row, [])) for row in rows}
