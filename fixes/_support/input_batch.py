@@ -203,3 +203,12 @@ def load_apply_logits_processors(trees: Trees) -> Any:
         "SamplingMetadata": sys.modules["vllm.v1.sample.metadata"].SamplingMetadata})
     sampler = types.SimpleNamespace(apply_penalties=lambda logits, metadata, output_token_ids: logits)
     return functools.partial(fn, sampler)
+
+
+def sampleable(batch: Any, apply: Any, rows: list[tuple[str, list[int]]]) -> list[list[int]]:
+    """The tokens each row of one sampling call (req_id, output token ids) can still sample after
+    ``apply`` (:func:`load_apply_logits_processors`): those whose logit it left finite."""
+    md = batch.make_selective_sampling_metadata(rows, skip_copy=False)
+    logits = apply(torch.zeros((len(rows), VOCAB)), md, False)
+    return [torch.nonzero(torch.isfinite(row)).flatten().tolist() for row in logits]
+

@@ -25,6 +25,7 @@ from fixes._support.input_batch import (
     load_apply_logits_processors,
     load_input_batch,
     make_batch,
+    sampleable,
 )
 from fixes._support.runner import runner_class
 from fixpack.proofkit import Trees
@@ -93,10 +94,7 @@ class Engine:
         wrong = []
         for call in [rows, *([rid] for rid in rows)]:
             outputs = [(rid, self.runner.requests[rid].output_token_ids) for rid in call]
-            md = self.batch.make_selective_sampling_metadata(outputs, skip_copy=False)
-            logits = self.apply(torch.zeros((len(call), VOCAB)), md, False)
-            for r, rid in enumerate(call):
-                toks = torch.nonzero(torch.isfinite(logits[r])).flatten().tolist()
+            for r, (rid, toks) in enumerate(zip(call, sampleable(self.batch, self.apply, outputs))):
                 want = self.allowed[rid] or EVERY_TOKEN
                 if toks != want:
                     wrong.append(f"{rid} (row {r} of call {call}) can sample {_show(toks)}, its allowed_token_ids "

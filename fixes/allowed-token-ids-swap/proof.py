@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
 
-import torch
-
 from fixes._support.input_batch import (
     VOCAB,
     SamplingParams,
@@ -24,6 +22,7 @@ from fixes._support.input_batch import (
     load_input_batch,
     make_batch,
     make_request,
+    sampleable,
 )
 from fixpack.proofkit import Trees, load_function
 
@@ -54,10 +53,7 @@ def _add(ib: Any, batch: Any, scene: dict[str, tuple[list[int] | None, int, int]
 
 def _allowed(batch: Any, apply: Any, reqs: dict[str, Any], rows: list[str]) -> dict[str, list[int]]:
     """The tokens each request of one sampling call can still sample after the logits processors."""
-    md = batch.make_selective_sampling_metadata([(rid, reqs[rid].output_token_ids) for rid in rows],
-                                                skip_copy=False)
-    logits = apply(torch.zeros((len(rows), VOCAB)), md, False)
-    return {rid: torch.nonzero(torch.isfinite(logits[r])).flatten().tolist() for r, rid in enumerate(rows)}
+    return dict(zip(rows, sampleable(batch, apply, [(rid, reqs[rid].output_token_ids) for rid in rows])))
 
 
 def _check_calls(batch: Any, apply: Any, reqs: dict[str, Any], calls: list[list[str]],
