@@ -5,6 +5,7 @@ in test_agree_realtree.py."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -21,8 +22,11 @@ from fixpack.site import plugin
 FULL = ["rank-exception-fatal", "hybrid-decode-pad", "fix-set-agreement"]
 
 
-def _record(rank: int, fixes: list[str], digest: str, host: str = "node-a") -> dict:
-    return {"rank": rank, "host": host, "pid": 100 + rank, "profile": "v0.26.0", "digest": digest, "fixes": fixes}
+def _record(
+    rank: int, fixes: list[str], digest: str | None, host: str = "node-a", drifted: tuple[str, ...] = ()
+) -> dict:
+    record = {"rank": rank, "host": host, "pid": 100 + rank, "profile": "v0.26.0", "digest": digest, "fixes": fixes}
+    return record | {"drifted": list(drifted)}
 
 
 def test_ranks_are_written_as_runs():
@@ -47,6 +51,19 @@ def test_the_same_fixes_over_other_code_are_told_apart():
     assert message is not None and "the same fixes, other code" in message
 
 
+def test_a_rank_with_a_drifted_file_sends_no_digest_and_agrees_with_none():
+    drifted = ("vllm_gaudi/v1/worker/hpu_input_batch.py",)
+    records = [_record(0, FULL, "a" * 16), _record(1, FULL, None, drifted=drifted)]
+    message = disagreement(records, [], 2, 30.0)
+    assert message is not None
+    assert f"fix set {'a' * 16} (profile v0.26.0, 3 fixes) on rank 0 (node-a)" in message
+    assert f"no digest (drifted: {drifted[0]}) (profile v0.26.0, 3 fixes) on rank 1 (node-a)" in message
+    assert "the same fixes, other code" not in message
+    # ranks that all drifted, even on the same file, do not vouch for one another
+    both = disagreement([_record(r, FULL, None, drifted=drifted) for r in (0, 1)], [], 2, 30.0)
+    assert both is not None and "on ranks 0-1 (node-a)" in both
+
+
 RANK = """
 import json, sys
 from datetime import timedelta
@@ -68,14 +85,24 @@ store.wait(["test/done/0", "test/done/1"], timedelta(seconds=60))
 """
 
 
-def _ranks(tmp_path: Path, mode: str, fixes: list[list[str]]) -> list[str]:
+PATCHED = b"def f():\n    return 2\n"
+
+
+def _ranks(tmp_path: Path, mode: str, fixes: list[list[str]], edited: int | None = None) -> list[str]:
+    """Each rank's site holds one patched file, ``vllm_gaudi/runner.py``; rank ``edited`` has it
+    changed after the apply."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = []
     for rank, rank_fixes in enumerate(fixes):
         folder = tmp_path / f"rank{rank}"
-        index = {"format": 1, "mode": "in-place", "profile": "v0.26.0", "release": "v0.26.0", "files": []}
+        patched = folder / "vllm_gaudi" / "runner.py"
+        patched.parent.mkdir(parents=True)
+        patched.write_bytes(PATCHED + (b"# edited\n" if rank == edited else b""))
+        entry = {"path": "vllm_gaudi/runner.py", "module": "vllm_gaudi.runner", "file": str(patched)}
+        entry.update(sha256=hashlib.sha256(PATCHED).hexdigest(), original=None, pristine=None)
+        index = {"format": 1, "mode": "in-place", "profile": "v0.26.0", "release": "v0.26.0", "files": [entry]}
         index.update(fixes=rank_fixes, fix_set={"digest": f"{len(rank_fixes):016x}", "fixes": rank_fixes})
         for rel, content in plugin.files(json.dumps(index).encode()).items():
             (folder / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -109,6 +136,16 @@ def test_ranks_that_differ_stop_warn_or_skip_as_the_runtime_check_does(tmp_path:
     for out in off:
         assert "started" in out and "fixpack" not in out.replace("fixpack/agree", ""), out
         assert "tickets None" in out  # nothing written to the store
+
+
+@needs_torch
+def test_a_rank_whose_patched_file_was_edited_is_named_by_both_ranks(tmp_path: Path):
+    # the ranks do not run the runtime check first here: the agreement hashes the file itself
+    for out in _ranks(tmp_path, "warn", [FULL, FULL], edited=1):
+        assert "started" in out and "do not run one fix set" in out, out
+        assert f"fix set {len(FULL):016x} (profile v0.26.0, 3 fixes) on rank 0 (" in out
+        assert "no digest (drifted: vllm_gaudi/runner.py) (profile v0.26.0, 3 fixes) on rank 1 (" in out
+        assert "agree on fix set" not in out
 
 
 @needs_torch

@@ -113,12 +113,12 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _start(sites: list[Path]) -> list[subprocess.Popen[str]]:
+def _start(sites: list[Path], **env: str) -> list[subprocess.Popen[str]]:
     port = _port()
     return [
         subprocess.Popen(
             [sys.executable, "-c", RANK, str(r), str(WORLD), str(port)],
-            env=_env(site),
+            env=_env(site, **env),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -205,3 +205,26 @@ def test_a_rank_without_fixpack_goes_on_and_the_others_stop_naming_it(ranks: lis
         assert f"no fix set from rank {lone} within {AGREE_TIMEOUT:g} s (FIXPACK_AGREE_TIMEOUT)" in message
         fixpack_ranks = {0: "ranks 1-3", 2: "ranks 0-1, 3"}[lone]
         assert f", {len(_fix_set(ranks[r])['fixes'])} fixes) on {fixpack_ranks} (" in message, message
+
+
+def test_under_warn_a_rank_with_an_edited_patched_file_is_named_by_every_rank(ranks: list[Path]):
+    full = tuple(_opt_ins())
+    _arrange(ranks, [full] * WORLD)
+    digest = _fix_set(ranks[0])["digest"]
+    edited = ranks[2] / "vllm_gaudi" / "v1" / "worker" / "hpu_input_batch.py"  # several fixes patch it
+    before = edited.read_bytes()
+    edited.write_bytes(before + b"# edited after the apply\n")
+    try:
+        assert _fix_set(ranks[2]) is None
+        procs = _start(ranks, FIXPACK_RUNTIME_CHECK="warn")
+        outs = _finish(procs)
+    finally:
+        edited.write_bytes(before)
+    for r, (proc, out) in enumerate(zip(procs, outs)):
+        assert proc.returncode == 0 and f"AGREE-TEST started rank={r}" in out, out[-3000:]
+        assert "do not run one fix set" in out and "agree on fix set" not in out, out[-3000:]
+        assert f"fix set {digest} (profile {PROFILE}," in out and " on ranks 0-1, 3 (" in out, out[-3000:]
+        drifted = "no digest (drifted: vllm_gaudi/v1/worker/hpu_input_batch.py)"
+        assert f"{drifted} (profile {PROFILE}," in out and ") on rank 2 (" in out, out[-3000:]
+    assert "fix set none (drifted)" in outs[2]  # the runtime check's line on that rank
+    assert all(f"fix set {digest}," in out for r, out in enumerate(outs) if r != 2)

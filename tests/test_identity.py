@@ -184,6 +184,50 @@ def test_status_shows_the_fix_set_and_json_carries_it(cookbook, cli, site, tmp_p
     assert f"fix set: {st['fix_set']['digest']} (2 fixes)" in shown
 
 
+def test_a_site_with_an_edited_patched_file_has_no_digest_and_says_why(cookbook, cli, site):
+    pack(cookbook)
+    assert apply(cli, site, "alpha", "beta").exit_code == 0
+    clean = status(cli, site)["fix_set"]
+    assert clean is not None
+    batch = site.file("vllm_gaudi/batch.py")
+    batch.write_text(batch.read_text() + "# edited after the apply\n")
+    st = status(cli, site)
+    assert {f["id"]: f["state"] for f in st["fixes"]} == {"one": "applied", "alpha": "drifted", "beta": "applied"}
+    assert st["fix_set"] is None
+    assert "fix set: none (1 file drifted: vllm_gaudi/batch.py)" in st["notes"]
+    human = cli("status", "--site", str(site.path)).stdout
+    assert human.splitlines()[-1] == "fix set: none (1 file drifted: vllm_gaudi/batch.py)"
+    assert clean["digest"] not in human
+    # a missing file counts as drifted; the files are named in order
+    site.file("vllm_gaudi/new_module.py").unlink()
+    line = cli("status", "--site", str(site.path)).stdout.splitlines()[-1]
+    assert line == "fix set: none (2 files drifted: vllm_gaudi/batch.py, vllm_gaudi/new_module.py)"
+    # put back as the apply left them: the same digest again
+    batch.write_text(BATCH + "# alpha\n")
+    site.file("vllm_gaudi/new_module.py").write_text("VALUE = 3\n")
+    assert status(cli, site)["fix_set"] == clean
+
+
+def test_an_overlay_with_an_edited_copy_or_a_changed_original_has_no_digest(cookbook, cli, site, tmp_path):
+    pack(cookbook)
+    overlay = tmp_path / "overlay"
+    assert apply_overlay(cookbook, site, overlay, "alpha").returncode == 0
+    clean = status(cli, site, "--overlay", str(overlay))["fix_set"]
+    assert clean is not None
+    copy = overlay / ".fixpack" / "modules" / "vllm_gaudi" / "runner.py"
+    copy.write_text(copy.read_text() + "# edited in the overlay\n")
+    st = status(cli, site, "--overlay", str(overlay))
+    assert st["fix_set"] is None and "fix set: none (1 file drifted: vllm_gaudi/runner.py)" in st["notes"]
+    shown = cli("status", "--site", str(site.path), "--overlay", str(overlay)).stdout
+    assert shown.splitlines()[-1] == "fix set: none (1 file drifted: vllm_gaudi/runner.py)"
+    copy.write_text(copy.read_text().replace("# edited in the overlay\n", ""))
+    assert status(cli, site, "--overlay", str(overlay))["fix_set"] == clean
+    # the image changed under the overlay: its import hook would run the installed file
+    site.file("vllm/sampler.py").write_text(SAMPLER + "# new build\n")
+    st = status(cli, site, "--overlay", str(overlay))
+    assert st["fix_set"] is None and "fix set: none (1 file drifted: vllm/sampler.py)" in st["notes"]
+
+
 def test_the_runtime_index_records_the_fix_set(cookbook, cli, site):
     pack(cookbook)
     assert apply(cli, site, "beta").exit_code == 0

@@ -18,7 +18,8 @@ ALLOWED = {
     "fixpack.errors": set(),
     "fixpack.transforms": {"fixpack.core"},
     "fixpack.applicators": {"fixpack.transforms"},
-    # fixpack.runtime.rules: the recipes' rule evaluator, a stdlib-only leaf the runtime check carries
+    # fixpack.runtime.rules: the recipes' rule evaluator, and fixpack.runtime.fixset: when a digest may
+    # be reported; stdlib-only leaves the runtime check carries
     "fixpack.cookbook": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.runtime.rules"},
     "fixpack.site": {"fixpack.core", "fixpack.models", "fixpack.errors"},
     "fixpack.commands": {
@@ -32,6 +33,7 @@ ALLOWED = {
         "fixpack.proofkit",
         "fixpack.proofrun",
         "fixpack.runtime.rules",
+        "fixpack.runtime.fixset",
     },
     "fixpack.cli": {"fixpack", "fixpack.commands", "fixpack.cookbook", "fixpack.errors", "fixpack.models"},
     "fixpack.proofkit": set(),

@@ -70,6 +70,19 @@ def test_in_place_a_changed_file_stops_the_process_or_warns(cookbook, site, cli)
     assert off.returncode == 0 and "vllm.fixpack" not in off.stdout
 
 
+def test_under_warn_a_changed_file_logs_no_digest(cookbook, site, cli):
+    three_fixes(cookbook)
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
+    digest = json.loads(cli("status", "--site", str(site.path), "--json").stdout)["fix_set"]["digest"]
+    runner = site.file("vllm_gaudi/runner.py")
+    runner.write_text(runner.read_text() + "# edited\n")
+    warned = py(LOAD, site.path, FIXPACK_RUNTIME_CHECK="warn")
+    assert warned.returncode == 0, warned.stderr
+    line = re.search(r"INFO vllm.fixpack (fixpack: .*)", warned.stdout)
+    assert line and "fix set none (drifted), 3 fixes (one, two, three)" in line.group(1), warned.stdout
+    assert digest not in warned.stdout
+
+
 def test_revert_removes_the_check_and_pip_would_too(cookbook, site, cli):
     three_fixes(cookbook)
     before = sorted(p.relative_to(site.path).as_posix() for p in site.path.rglob("*"))
@@ -125,7 +138,8 @@ def test_the_check_is_cheap(cookbook, site, cli):
     code = LOAD + "\nprint(sorted(m for m in sys.modules if m.startswith(('vllm', 'fixpack_runtime'))))"
     out = py(code, site.path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "['fixpack_runtime_check']"
+    # the check and the rule for reporting a digest (fixset.py, which the agreement shares): no vLLM
+    assert out.stdout.strip().splitlines()[-1] == "['fixpack_runtime_check', 'fixpack_runtime_check.fixset']"
     ms = float(re.search(r"checked in ([\d.]+) ms", out.stdout).group(1))
     assert ms < 50, out.stdout
     assert sys.version_info >= (3, 9)

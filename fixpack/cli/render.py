@@ -137,7 +137,7 @@ def status_json(st: StatusResult) -> dict[str, Any]:
         "fixes": [{"id": fid, "state": state} for fid, state in st.fixes],
         "fix_set": None if st.fix_set is None else st.fix_set.to_json(),
         "recipe": st.manifest.recipe if st.manifest is not None else None,
-        "notes": st.notes,
+        "notes": [*st.notes, *([f"fix set: none ({st.no_fix_set})"] if st.no_fix_set else [])],
     }
 
 
@@ -159,6 +159,8 @@ def status_human(st: StatusResult, out: TextIO | None = None) -> None:
         print(f"  {fid:<{width}}  {paint(state, state, out)}", file=out)
     if st.fix_set is not None:
         print(f"fix set: {st.fix_set.summary()}", file=out)
+    elif st.no_fix_set:
+        print(f"fix set: none ({st.no_fix_set})", file=out)
 
 
 def dump(data: Any) -> None:

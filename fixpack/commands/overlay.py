@@ -15,12 +15,13 @@ from ..core.plan import resolve, with_dependents
 from ..core.recognise import Base
 from ..errors import Refused, UsageError
 from ..models import Action, FileState, Plan, Profile
+from ..runtime import fixset
 from ..site import plugin
 from ..site.distributions import Environment
 from ..site.layout import MANIFEST, STATE_DIR_NAME
 from ..site.manifest import Manifest
 from ..site.overlay import MODULES, Overlay, activation, exec_command
-from ..site.state import read_manifest
+from ..site.state import read_file, read_manifest
 from .pin import pinned, refuse_unexpected
 from .results import FixResult, Result, StatusResult
 from .stamping import Invocation, warm_stamp
@@ -271,13 +272,21 @@ def status_overlay(
     paths = list(dict.fromkeys(c.path for cs in changes.values() for c in cs))
     files = recognise_files(catalog.fixes, profile, dists, Manifest(), paths, overlay.state_dir)
     entries = _index_entries(overlay, manifest)
-    for path, record in manifest.files.items():  # an overlay file changed since it was built
+    rows = []  # the overlay's copy of each patched file, and the installed file it shadows
+    for path, record in manifest.files.items():
         entry = entries.get(path, {})
-        if path in files and sha256(overlay.read(entry["file"]) if entry.get("file") else None) != record.applied:
+        copy = sha256(overlay.read(entry["file"]) if entry.get("file") else None)
+        if path in files:
+            original = files[path].current
+        else:
+            original = read_file(Path(entry["original"])) if entry.get("original") else None
+        rows += [(path, record.applied, copy), (path, entry.get("pristine"), sha256(original))]
+        if path in files and copy != record.applied:  # an overlay file changed since it was built
             entries.pop(path, None)
             files[path].base = Base(None, (), FileState.DRIFTED, "the overlay's copy changed")
     fixes = [(fid, _state(fid, list(changes[fid]), files, manifest, entries)) for fid in fix_ids]
-    return StatusResult(profile.name, list(env.found.values()), fixes, notes, manifest)
+    drifted = fixset.drifted(rows)
+    return StatusResult(profile.name, list(env.found.values()), fixes, notes, manifest, drifted)
 
 
 def revert_overlay(

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from ..core.identity import FixSet
 from ..errors import FixpackError
 from ..models import Action, FileState
+from ..runtime import fixset
 from ..site.distributions import Distribution
 from ..site.manifest import Manifest
 
@@ -49,8 +50,16 @@ class StatusResult:
     fixes: list[tuple[str, FileState | str]]  # id, state ("partial" is a fix's state, not a file's)
     notes: list[str] = field(default_factory=list)
     manifest: Manifest | None = None
+    drifted: list[str] = field(default_factory=list)  # patched files that do not hold their hashes now
 
     @property
     def fix_set(self) -> FixSet | None:
-        """The identity of what is applied there (None: nothing is)."""
-        return None if self.manifest is None else self.manifest.fix_set
+        """The identity of what is applied there, vouched for only while every patched file holds
+        its recorded hash as read now (``fixpack.runtime.fixset``); None otherwise or when nothing is."""
+        applied = None if self.manifest is None else self.manifest.fix_set
+        return None if applied is None else fixset.vouched(applied, self.drifted)
+
+    @property
+    def no_fix_set(self) -> str | None:
+        """Why fixes are applied but no digest is reported: ``2 files drifted: a.py, b.py``."""
+        return fixset.reason(self.drifted) if self.drifted and self.manifest and not self.manifest.empty else None

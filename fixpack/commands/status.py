@@ -5,10 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..cookbook.catalog import Catalog
+from ..core.fingerprint import sha256
 from ..errors import EnvironmentProblem
 from ..models import FileState, Fix
+from ..runtime import fixset
 from ..site.destination import InPlace
 from ..site.distributions import Environment
+from ..site.manifest import Manifest
+from ..site.state import read_file
 from .overlay import status_overlay
 from .results import StatusResult
 from .steps import InstalledFile, installed, open_state, recognise_files
@@ -54,4 +58,17 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None, overla
     paths = list(dict.fromkeys(c.path for fid in fix_ids for c in catalog.fixes[fid].changes[profile.release]))
     files = recognise_files(catalog.fixes, profile, dists, manifest, paths, env.state_dir)
     fixes = [(fid, _fix_state(catalog.fixes[fid], profile.release, files)) for fid in fix_ids]
-    return StatusResult(profile.name, list(env.found.values()), fixes, notes, manifest)
+    return StatusResult(profile.name, list(env.found.values()), fixes, notes, manifest, _drifted(manifest, files, env))
+
+
+def _drifted(manifest: Manifest, files: dict[str, InstalledFile], env: Environment) -> list[str]:
+    """The patched files that do not hold their recorded after-hashes now (the bytes recognise read)."""
+    rows = []
+    for path, record in manifest.files.items():
+        if path in files:
+            current = files[path].current
+        else:
+            dist = env.found.get(record.dist)
+            current = read_file(dist.file(path)) if dist is not None else None
+        rows.append((path, record.applied, sha256(current)))
+    return fixset.drifted(rows)

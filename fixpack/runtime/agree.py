@@ -13,7 +13,10 @@ other rank's. No collective: a rank without fixpack never calls this, and a coll
 its next collective with ours; a store key it never writes only makes the others wait, then name
 it. If a record differs or a rank sent none, every fixpack rank stops (RuntimeError) with one
 message naming the ranks of each fix set, the fixes only some of them run, and the silent ranks;
-``FIXPACK_RUNTIME_CHECK=warn`` logs it instead, ``off`` skips the agreement.
+``FIXPACK_RUNTIME_CHECK=warn`` logs it instead, ``off`` skips the agreement. A rank sends its
+digest only while its patched files hold their hashes, as the runtime check read them in that
+process (``fixset.py``); otherwise it sends no digest and the files that drifted, and agrees with
+no rank, as one with another fix set.
 
 Keys: ``fixpack/agree/1/<world size>/<round>/<rank>``, inside the default group's own prefix. A
 store can outlive a process group (torch keeps a ``tcp://`` rendezvous store for the next group
@@ -30,6 +33,8 @@ import socket
 import time
 import weakref
 from datetime import timedelta
+
+from . import fixset
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 INDEX = os.path.join(HERE, "index.json")
@@ -71,15 +76,19 @@ def _default_store(c10d):
 
 
 def _own_record(rank):
+    """This rank's record: its digest only while its patched files hold their hashes (``fixset``,
+    as the runtime check read them in this process); otherwise none, and the files that drifted."""
     with open(INDEX, "rb") as fh:
         index = json.loads(fh.read())
     fix_set = index.get("fix_set") or {}
+    digest, drifted = fixset.remembered(index, os.path.dirname(HERE))
     return {
         "rank": rank,
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "profile": index.get("profile"),
-        "digest": fix_set.get("digest"),
+        "digest": digest,
+        "drifted": drifted,
         "fixes": list(fix_set.get("fixes", index.get("fixes", []))),
     }
 
@@ -105,24 +114,39 @@ def _where(records):
     return ", ".join(f"{ranks_text(ranks)} ({host})" for host, ranks in sorted(hosts.items(), key=lambda h: min(h[1])))
 
 
+def _fix_set_text(digest, drifted):
+    if digest is not None:
+        return f"fix set {digest}"
+    return f"no digest (drifted: {', '.join(drifted)})" if drifted else "no digest"
+
+
 def disagreement(records, silent, world, timeout):
-    """The one message that stops the ranks, or None when every rank of ``world`` sent the same fix set."""
+    """The one message that stops the ranks, or None when every rank of ``world`` sent the same
+    fix set. A rank with no digest (a patched file drifted there) agrees with none."""
     groups = {}
     for record in sorted(records, key=lambda r: r["rank"]):
-        groups.setdefault((record["digest"], tuple(record["fixes"])), []).append(record)
-    if len(groups) <= 1 and not silent:
+        key = (record["digest"], tuple(record.get("drifted") or ()), tuple(record["fixes"]))
+        groups.setdefault(key, []).append(record)
+    unvouched = any(digest is None for digest, _, _ in groups)
+    if len(groups) <= 1 and not silent and not unvouched:
         return None
     parts = []
     ordered = sorted(groups.items(), key=lambda g: min(r["rank"] for r in g[1]))
-    for (digest, fixes), members in ordered:
-        parts.append(f"fix set {digest} (profile {members[0]['profile']}, {len(fixes)} fixes) on {_where(members)}")
-    everywhere = set.intersection(*(set(fixes) for _, fixes in groups)) if groups else set()
-    for (_, fixes), members in ordered:
+    for (digest, drifted, fixes), members in ordered:
+        parts.append(
+            f"{_fix_set_text(digest, drifted)} (profile {members[0]['profile']}, {len(fixes)} fixes) "
+            f"on {_where(members)}"
+        )
+    everywhere = set.intersection(*(set(fixes) for _, _, fixes in groups)) if groups else set()
+    for (_, _, fixes), members in ordered:
         only = [f for f in fixes if f not in everywhere]
         if only and len(groups) > 1:
             parts.append(f"{', '.join(only)} only on {ranks_text([r['rank'] for r in members])}")
-    if len(groups) > 1 and all(set(fixes) == everywhere for _, fixes in groups):
+    vouched = {digest for digest, _, _ in groups if digest is not None}
+    if len(vouched) > 1 and all(set(fixes) == everywhere for _, _, fixes in groups):
         parts.append("the same fixes, other code (another release or cookbook)")
+    if unvouched:
+        parts.append("a patched file edited or replaced after the apply runs other code than its fix set")
     if silent:
         parts.append(
             f"no fix set from {ranks_text(silent)} within {timeout:g} s ({TIMEOUT_VARIABLE}): no fixpack there, "

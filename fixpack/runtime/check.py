@@ -16,7 +16,9 @@ Then it logs one INFO line on vLLM's logger, e.g.
 ``fixpack: profile v0.26.0, fix set 3f2a9c0d51e7b4c1, 16 fixes (a, b, ...), mode overlay
 /opt/fixpack-overlay, pid 4242, 12 files checked in 1.8 ms``: the fix set is the digest of the
 release, the fixes in order and each patched file's hash (``fixpack.core.identity``), recorded in
-the index at apply time; two processes that log the same one run the same fixes.
+the index at apply time, and logged only while every patched file holds its hash as read now
+(``fixset.py``): otherwise the line says ``fix set none (drifted)``. Two processes that log the
+same digest run the same fixes.
 
 On a site applied with ``--recipe SLUG``, the index also holds that recipe's rules on the
 environment alone (its rules on the serve arguments are checked at the entry point only: a worker
@@ -30,12 +32,13 @@ the few patched files and nothing else. Copied out of fixpack (fixpack/runtime/c
 ``fixpack_runtime_check`` package by ``fixpack apply``.
 """
 
-import hashlib
 import json
 import logging
 import os
 import sys
 import time
+
+from . import fixset
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 INDEX = os.path.join(HERE, "index.json")
@@ -45,20 +48,17 @@ log = logging.getLogger("vllm.fixpack")
 _done = []
 
 
-def _sha256(path):
-    try:
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
 def _short(digest):
     return digest[:12] if digest else "absent"
 
 
-def problems(index, root):
-    """What is wrong in this process, as sentences; ``root``: the overlay folder (overlay mode)."""
+def problems(index, root, hashes):
+    """What is wrong in this process, as sentences; ``root``: the overlay folder (overlay mode);
+    ``hashes``: absolute path -> sha256 as read now (``fixset.index_rows`` filled it)."""
+
+    def now(path):
+        return hashes[path] if path in hashes else fixset.sha256_of(path)
+
     out = []
     overlay = index.get("mode") == "overlay"
     if overlay and not any(getattr(f, "fixpack_overlay", None) == root for f in sys.meta_path):
@@ -70,17 +70,17 @@ def problems(index, root):
     for entry in index.get("files", []):
         file = entry.get("file")
         path = os.path.join(root, file) if overlay and file else file
-        if path is not None and _sha256(path) != entry.get("sha256"):
+        if path is not None and now(path) != entry.get("sha256"):
             out.append(
-                f"{path} is not the file fixpack patched (sha256 {_short(_sha256(path))}, "
+                f"{path} is not the file fixpack patched (sha256 {_short(now(path))}, "
                 f"recorded {_short(entry.get('sha256'))})"
             )
         elif path is None and not overlay and entry.get("original") and os.path.exists(entry["original"]):
             out.append(f"{entry['original']} is back, though a fix removed it")
         original = entry.get("original")
-        if overlay and original and _sha256(original) != entry.get("pristine"):
+        if overlay and original and now(original) != entry.get("pristine"):
             out.append(
-                f"{original} is not the file the overlay was built from (sha256 {_short(_sha256(original))}, "
+                f"{original} is not the file the overlay was built from (sha256 {_short(now(original))}, "
                 f"built from {_short(entry.get('pristine'))}): the image changed under the overlay"
             )
         module = sys.modules.get(entry.get("module") or "")
@@ -112,10 +112,14 @@ def check():
     try:
         with open(INDEX, "rb") as fh:
             index = json.loads(fh.read())
-        found = problems(index, root)
+        hashes = {}
+        drifted = fixset.drifted(fixset.index_rows(index, root, hashes))
+        found = problems(index, root, hashes)
         refused, warned = recipe_findings(index, os.environ)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError) as exc:
-        index, found, refused, warned = {}, [f"{INDEX} cannot be read ({exc})"], [], []
+        index, found, refused, warned, drifted = {}, [f"{INDEX} cannot be read ({exc})"], [], [], []
+    digest = fixset.vouched((index.get("fix_set") or {}).get("digest"), drifted)
+    fixset.remember(digest, drifted)
     if found:
         message = (
             "fixpack: this process would not run the code fixpack applied: "
@@ -137,7 +141,7 @@ def check():
     log.info(
         "fixpack: profile %s, fix set %s, %d fixes (%s), mode %s%s, pid %d, %d files checked in %.1f ms%s",
         index.get("profile"),
-        (index.get("fix_set") or {}).get("digest"),
+        digest or ("none (drifted)" if drifted else "none"),
         len(fixes),
         ", ".join(fixes),
         index.get("mode"),

@@ -2,7 +2,8 @@
 ``apply`` installs with the fixes (beside the other dist-info in place; inside the overlay folder
 for an overlay), so that every vLLM process checks it runs the patched code and says so in one
 line. Its files are written here as bytes; the code is ``fixpack/runtime/check.py`` (with
-``agree.py``, the rank agreement, and ``rules.py``, the recipes' rule evaluator), copied.
+``agree.py``, the rank agreement, ``fixset.py``, when a digest may be reported, and ``rules.py``,
+the recipes' rule evaluator), copied.
 
 Its own dist-info (METADATA, entry_points.txt, INSTALLER, RECORD) makes it a distribution of its
 own, found by ``importlib.metadata.entry_points(group="vllm.general_plugins")`` like any other;
@@ -33,11 +34,13 @@ GROUP = "vllm.general_plugins"
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"  # the code copied into the plugin and the overlay
 INDEX = f"{PACKAGE}/index.json"
 # The plugin's modules (path relative to the site -> file in fixpack/runtime): the check vLLM calls,
-# the rank agreement the fix fix-set-agreement calls from vLLM's distributed set-up, and the
-# evaluator of a recipe's rules on the environment, which the check runs.
+# the rank agreement the fix fix-set-agreement calls from vLLM's distributed set-up, the rule for
+# when a digest may be reported, which both use, and the evaluator of a recipe's rules on the
+# environment, which the check runs.
 CODE = {
     f"{PACKAGE}/__init__.py": "check.py",
     f"{PACKAGE}/agree.py": "agree.py",
+    f"{PACKAGE}/fixset.py": "fixset.py",
     f"{PACKAGE}/rules.py": "rules.py",
 }
 

@@ -1,0 +1,88 @@
+"""When a fix-set digest may be reported: the one rule, for ``fixpack status``, the runtime check's
+line and the rank agreement alike.
+
+A digest names the code a site runs only while that code is there. So it is reported only for a
+site (or overlay) whose patched files all hold, as read now, the hashes recorded when they were
+patched: a file a fix created or changed has its after-hash, a file a fix removed is absent, and,
+in an overlay, each installed file it shadows still has the hash the overlay was built from (else
+the overlay's import hook runs the installed file, or nothing). Otherwise there is no digest, and
+the reason names the files: ``none (2 files drifted: vllm_gaudi/a.py, vllm_gaudi/b.py)``.
+
+Standard library only: copied into the runtime check's package with ``check.py`` and ``agree.py``.
+The hashes the runtime check reads are kept for the rest of the process (:func:`remember`), so the
+agreement, later in the same process, hashes nothing again.
+"""
+
+import hashlib
+import os
+
+__all__ = ["drifted", "reason", "vouched", "sha256_of", "index_rows", "remember", "remembered"]
+
+_held = []  # this process's (digest or None, drifted paths), as the runtime check read them
+
+
+def drifted(rows):
+    """The paths, sorted and each once, of the rows whose file does not hold its recorded hash.
+
+    ``rows``: (path, recorded sha256 or None, sha256 read now or None); None recorded is a file a
+    fix removed, None read is an absent file."""
+    return sorted({path for path, recorded, now in rows if recorded != now})
+
+
+def vouched(digest, drifted_paths):
+    """``digest`` where nothing drifted, else None."""
+    return None if drifted_paths else digest
+
+
+def reason(drifted_paths):
+    """Why there is no digest, in one phrase: ``2 files drifted: a.py, b.py``."""
+    n = len(drifted_paths)
+    return f"{n} file{'' if n == 1 else 's'} drifted: {', '.join(drifted_paths)}"
+
+
+def sha256_of(path):
+    """The sha256 of a file's bytes, or None when it is absent."""
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+
+
+def index_rows(index, root, hashes):
+    """The rule's rows for a runtime index (``fixpack_runtime_check/index.json``), keyed by the
+    repository path; ``hashes``: absolute path -> sha256 now, filled as files are read.
+
+    In place, a file's row is the patched file (or, for a removed one, the original's path, which
+    must stay absent); in an overlay, the overlay's copy and the installed file it shadows."""
+    overlay = index.get("mode") == "overlay"
+
+    def now(path):
+        if path not in hashes:
+            hashes[path] = sha256_of(path)
+        return hashes[path]
+
+    rows = []
+    for entry in index.get("files", []):
+        path, file, original = entry.get("path"), entry.get("file"), entry.get("original")
+        if file is not None:
+            rows.append((path, entry.get("sha256"), now(os.path.join(root, file) if overlay else file)))
+        elif not overlay and original:
+            rows.append((path, None, now(original)))
+        if overlay and original:
+            rows.append((path, entry.get("pristine"), now(original)))
+    return rows
+
+
+def remember(digest, drifted_paths):
+    """Keep what the runtime check found for the rest of this process."""
+    _held[:] = [(digest, list(drifted_paths))]
+
+
+def remembered(index, root):
+    """(digest or None, drifted paths) of this process: the runtime check's, or read now when it
+    did not run here (a process that does not load vLLM's plugins)."""
+    if _held:
+        return _held[0]
+    found = drifted(index_rows(index, root, {}))
+    return vouched((index.get("fix_set") or {}).get("digest"), found), found
