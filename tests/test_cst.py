@@ -146,7 +146,8 @@ def test_ambiguous_definitions_and_statements():
 
 
 def test_libcst_is_not_imported_by_the_engine():
-    code = "import sys, fixpack.cli, fixpack.commands.apply, fixpack.applicators.cst; print('libcst' in sys.modules)"
+    engine = "fixpack.cli, fixpack.commands.install.apply, fixpack.applicators.cst"
+    code = f"import sys, {engine}; print('libcst' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

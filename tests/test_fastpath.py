@@ -27,7 +27,7 @@ def output(r: subprocess.CompletedProcess[str]) -> tuple[str, str]:
 
 
 def took_fast_path(r: subprocess.CompletedProcess[str]) -> bool:
-    return "fixpack.commands.apply" not in r.stderr  # -X importtime: only the full apply imports the recipe
+    return "fixpack.commands.install.apply" not in r.stderr  # -X importtime: only the full apply imports the recipe
 
 
 def test_warm_rerun_takes_the_fast_path_with_the_same_output(cookbook, site):
@@ -223,7 +223,7 @@ def test_a_changed_engine_file_sends_the_rerun_down_the_full_path(cookbook, site
     assert script(line, env=env, path=copy).returncode == 0
     assert took_fast_path(script(line, env=env, path=copy))
     assert not took_fast_path(script(line, env=env))  # another engine: its own answer
-    for changed in (engine / "fixpack" / "commands" / "steps.py", copy):
+    for changed in (engine / "fixpack" / "commands" / "install" / "pipeline.py", copy):
         changed.write_text(changed.read_text() + "# changed\n")
         r = script(line, env=env, path=copy)
         assert r.returncode == 0 and not took_fast_path(r) and "3 already applied" in r.stdout

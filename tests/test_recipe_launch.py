@@ -95,7 +95,7 @@ def messages(r: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 def full_path(r: subprocess.CompletedProcess[str]) -> bool:
-    return "fixpack.commands.apply" in r.stderr  # -X importtime: only the full apply imports it
+    return "fixpack.commands.install.apply" in r.stderr  # -X importtime: only the full apply imports it
 
 
 SERVE = ["vllm", "serve", *RECIPE.argv]

@@ -30,7 +30,7 @@ def recover(discard: bool, site: Path | None) -> int:
     When that is refused (a file changed since, a backup that does not match), check the files it
     names, then --discard: the journal is moved aside, and fixpack status shows where each fix stands.
     """
-    from ..commands.recover import recover as run
+    from ..commands.install.recover import recover as run
 
     print(f"fixpack recover: {run(catalog(), site, discard)}")
     return 0

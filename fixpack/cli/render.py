@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any, TextIO
 
-from ..commands.results import Result, StatusResult
+from ..commands.install.results import Result, StatusResult
 from ..errors import FixpackError
 from ..models import Fix, Profile
 

@@ -115,8 +115,9 @@ def apply(
 
     Run again on a patched environment, it changes nothing and exits 0.
     """
-    from ..commands.apply import apply as run_apply
-    from ..commands.stamping import Invocation
+    from ..commands.install.apply import ApplyRequest
+    from ..commands.install.apply import apply as run_apply
+    from ..commands.install.stamping import Invocation
 
     meta = click.get_current_context().meta
     command = meta.get("fixpack.exec")
@@ -138,22 +139,22 @@ def apply(
     # none, and always takes the full path.
     printer = functools.partial(render.printed, as_json=as_json)
     asked = Invocation(meta["fixpack.argv"], printer, tuple(command or ())) if gate is None else None
-    result = run_apply(
-        book,
+    request = ApplyRequest(
         profile,
         fixes,
-        site,
-        dry_run,
-        allow_unpinned,
-        invocation=asked,
+        site=site,
         overlay=overlay,
-        gate=gate,
+        dry_run=dry_run,
+        allow_unpinned=allow_unpinned,
         expect_fix_set=expect_fix_set,
+        gate=gate,
+        invocation=asked,
     )
+    result = run_apply(book, request)
     result.notes[:0] = notes
     render.result(result, as_json)
     if command and result.exit_code == 0:
-        from ..commands.overlay import exec_command
+        from ..commands.install.apply import exec_command
 
         if env is not None:
             os.environ.update(env)
@@ -190,7 +191,7 @@ def _recipe_start(book: Any, slug: str, launch: bool, command: list[str] | None)
 @guard(_status_error)
 def status(profile: str | None, as_json: bool, site: Path | None, overlay: Path | None) -> int:
     """Show the installed distributions, their commits, and the state of each fix."""
-    from ..commands.status import status as run
+    from ..commands.install.status import status as run
 
     st = run(catalog(), profile, site, overlay)
     if as_json:
@@ -211,7 +212,7 @@ def revert(fixes: tuple[str, ...], dry_run: bool, as_json: bool, site: Path | No
     """Revert the named FIXes and the fixes that require them (default: all), to the exact bytes.
 
     With --overlay DIR: in that overlay (all of them: DIR is removed)."""
-    from ..commands.revert import revert as run
+    from ..commands.install.revert import revert as run
 
     result = run(catalog(), fixes, site, dry_run=dry_run, overlay=overlay)
     render.result(result, as_json)
@@ -248,7 +249,7 @@ def _states(book: Any, profile: str | None, site: Path | None) -> dict[str, str]
     """Each fix's state in ``site`` (for the profile asked, or the one applied there); {} without one."""
     if site is None:
         return {}
-    from ..commands.status import status
+    from ..commands.install.status import status
 
     return {fid: str(state) for fid, state in status(book, profile, site).fixes}
 

@@ -26,12 +26,12 @@ from ..core.fingerprint import of, sha256
 from ..core.plan import pack_chain
 from ..errors import Refused, UsageError
 from ..models import Change, FileRecord, FileState, Fingerprint, Profile
-from ..site.destination import InPlace
 from ..site.distributions import Distribution, Environment
+from ..site.inplace import InPlace
 from ..site.manifest import Manifest
 from ..site.state import pristine_copy
 from . import lock
-from .steps import open_state
+from .install.pipeline import open_state
 
 
 @dataclass
@@ -106,9 +106,9 @@ class _Source:
             raise Refused(
                 f"{dist.name} is an editable install at {root}, not a git checkout: give --source {dist.name}=DIR"
             )
-        changed = _git(root, "diff", "--name-only", "--relative", "-z", "HEAD", "--", pkg).stdout
+        diffed = _git(root, "diff", "--name-only", "--relative", "-z", "HEAD", "--", pkg).stdout
         new = _git(root, "ls-files", "-z", "--others", "--exclude-standard", "--", pkg).stdout
-        return sorted({p.decode() for p in (changed + new).split(b"\0") if p})
+        return sorted({p.decode() for p in (diffed + new).split(b"\0") if p})
 
 
 def _read(dist: Distribution, path: str) -> bytes | None:
@@ -213,7 +213,7 @@ def record(
         raise UsageError(f"--source {', '.join(stray)}: profile {profile.name} pins no such distribution")
     env = Environment.read({p.dist: p.package for p in profile.pins}, site)
     dists = {p.dist: env.get(p.dist) for p in profile.pins}
-    notes = []
+    notes: list[str] = []
     destination = InPlace.of(env)
     with destination.locked():
         manifest = open_state(destination, catalog, notes)

@@ -125,8 +125,9 @@ def _read(dist_info: Path, package: str) -> Distribution:
         metadata = installed.metadata
     except (UnicodeDecodeError, OSError) as exc:
         raise EnvironmentProblem(f"{dist_info}/METADATA is unreadable ({exc}): reinstall the distribution") from None
-    name = metadata.get("Name") if metadata is not None else None
-    version = metadata.get("Version") if metadata is not None else None
+    # PackageMetadata is an email.message.Message: .get() answers None for an absent header
+    name = metadata["Name"] if metadata is not None and "Name" in metadata else None
+    version = metadata["Version"] if metadata is not None and "Version" in metadata else None
     if not name or not version:
         raise EnvironmentProblem(f"{dist_info}/METADATA has no Name or Version: reinstall the distribution")
     editable_root = _editable_root(installed)

@@ -47,7 +47,7 @@ class Manifest:
         return None if self.empty else fix_set(self.release or "", self.fixes, self.files)
 
     def to_bytes(self) -> bytes:
-        data = {
+        data: dict[str, object] = {
             "format": FORMAT,
             "profile": self.profile,
             "release": self.release,

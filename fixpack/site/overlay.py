@@ -28,18 +28,28 @@ import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Container, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 
-from ..errors import EnvironmentProblem
-from . import confine, lock
+from ..core.bytecode import hash_based_pyc, pyc_path
+from ..core.fingerprint import patch_digest, sha256
+from ..core.recognise import Base
+from ..errors import EnvironmentProblem, Refused
+from ..models import Change, FileState
+from . import confine, lock, plugin
+from .destination import InstalledFile, Rebuilt, Rows, Stamp, Write
+from .distributions import Distribution, Environment
 from .files import CrashCounter, fsync_dir, write_synced
 from .layout import MANIFEST, STATE_DIR_NAME, aside_prefix
+from .manifest import Manifest
+from .state import read_file, read_manifest
 from .warm import exec_command
 
-__all__ = ["Overlay", "MODULES", "activation", "exec_command"]
+__all__ = ["Overlay", "MODULES", "HOOK", "activation", "exec_command"]
 
 MODULES = f"{STATE_DIR_NAME}/modules"  # the patched modules, by repository path, under DIR
+HOOK = "sitecustomize.py"  # the start-up import hook: fixpack/runtime/hook.py, copied
 
 
 def activation(root: Path) -> str:
@@ -53,6 +63,7 @@ class Overlay:
     def __init__(self, root: Path) -> None:
         self.root = Path(os.path.abspath(root))
         self.state_dir = self.root / STATE_DIR_NAME
+        self.where = f"in the overlay {self.root}"
 
     def _aside(self, kind: str) -> list[Path]:
         prefix = f"{aside_prefix(self.root.name)}{kind}-"
@@ -73,7 +84,11 @@ class Overlay:
 
     @contextlib.contextmanager
     def locked(self, create: bool = False) -> Iterator[None]:
-        """The lock of the folder that holds DIR (``create``: make that folder first)."""
+        """The lock of the folder that holds DIR (``create``: make that folder first; without it,
+        where that folder does not exist, no overlay is there to lock)."""
+        if not create and not self.root.parent.is_dir():
+            yield
+            return
         if create:
             try:
                 self.root.parent.mkdir(parents=True, exist_ok=True)
@@ -86,6 +101,8 @@ class Overlay:
 
     def recover(self) -> str | None:
         """Finish or undo a build, swap or removal that was killed; a note when there was one."""
+        if not self.root.parent.is_dir():
+            return None
         new, old = self._aside("new"), self._aside("old")
         if not new and not old:
             return None
@@ -107,8 +124,8 @@ class Overlay:
             ) from None
         return f"recovered an interrupted overlay build in {self.root.parent}: {self.root} is {kept}"
 
-    def check(self) -> None:
-        """Refuse, before any write, what the build could not do or must not do."""
+    def check(self, writes: list[Write] | None = None) -> None:
+        """Refuse, before any write, what the build (or the removal) could not do or must not do."""
         parent = self.root.parent
         try:
             mode = os.lstat(self.root).st_mode
@@ -131,8 +148,16 @@ class Overlay:
                 path=str(parent),
             )
 
-    def commit(self, files: dict[str, bytes]) -> None:
-        """Build an overlay of ``files`` (path relative to DIR -> bytes) and swap it in."""
+    def commit(self, writes: list[Write]) -> None:
+        """Build an overlay of ``writes`` (each file of DIR, by its path in DIR) and swap it in; an
+        empty write set removes the overlay."""
+        files: dict[str, bytes] = {}
+        for w in writes:
+            if w.content is not None:
+                files[w.path.relative_to(self.root).as_posix()] = w.content
+        if not files:
+            self.remove()
+            return
         self.check()
         counter = CrashCounter()
         parent = self.root.parent
@@ -183,3 +208,128 @@ class Overlay:
             return
         self.check()
         self._swap(None, CrashCounter())
+
+    # -- what the install commands ask of a destination (fixpack.site.destination) ----------------
+
+    def admit(self, env: Environment, known: Container[str], cookbook: Path | str) -> None:
+        """An overlay is built over the installed release: not over fixes applied in place."""
+        if not env.state_dir.parent.is_dir():
+            return
+        installed = read_manifest(env.state_dir, known, cookbook)
+        if not installed.empty:
+            raise Refused(
+                f"{env.state_dir.parent} has fixes applied in place ({', '.join(installed.fixes)}): an overlay is "
+                "built over the installed release; use the in-place fixes, or fixpack revert them first"
+            )
+
+    def manifest(self, known: Container[str], cookbook: Path | str) -> Manifest:
+        return read_manifest(self.state_dir, known, cookbook) if self.is_overlay() else Manifest()
+
+    def recorded(self, manifest: Manifest) -> Manifest:
+        return Manifest()  # an overlay never patches the installed files: they are recognised as released
+
+    def entries(self) -> dict[str, plugin.IndexEntry]:
+        return plugin.read_entries(self.read(plugin.INDEX))
+
+    def _copy_hash(self, entry: plugin.IndexEntry | None) -> str | None:
+        return sha256(self.read(entry.file) if entry is not None and entry.file else None)
+
+    def holds(self, manifest: Manifest, dists: Mapping[str, Distribution]) -> bool:
+        entries = self.entries()
+        for path, record in manifest.files.items():
+            entry = entries.get(path)
+            if entry is None or entry.sha256 != record.applied or self._copy_hash(entry) != record.applied:
+                return False
+            if entry.original is None or sha256(read_file(Path(entry.original))) != entry.pristine:
+                return False
+        runtime = plugin.RUNTIME
+        return self.read(HOOK) == (runtime / "hook.py").read_bytes() and all(
+            self.read(rel) == (runtime / source).read_bytes() for rel, source in plugin.CODE.items()
+        )
+
+    def still_applied(self, change: Change, files: Mapping[str, InstalledFile], manifest: Manifest) -> bool:
+        """The overlay's copy of the file still holds what it was built with, this change among it."""
+        if change.fix_id not in manifest.fixes or (change.fix_id, patch_digest(change.patch)) not in set(
+            manifest.steps(change.path)
+        ):
+            return False
+        record = manifest.files[change.path]
+        return self._copy_hash(self.entries().get(change.path)) == record.applied
+
+    def rows(self, files: dict[str, InstalledFile], manifest: Manifest, dists: Mapping[str, Distribution]) -> Rows:
+        """The overlay's copy of each patched file and the installed file it shadows. A file whose
+        copy or original changed reads as drifted; one as built reads as applied by its fixes."""
+        entries, out = self.entries(), []
+        for path, record in manifest.files.items():
+            entry = entries.get(path)
+            f = files.get(path)
+            if f is not None:
+                original = f.current
+            else:
+                original = read_file(Path(entry.original)) if entry is not None and entry.original else None
+            copy, pristine = self._copy_hash(entry), entry.pristine if entry is not None else None
+            out += [(path, record.applied, copy), (path, pristine, sha256(original))]
+            if f is None:
+                continue
+            if copy != record.applied:
+                f.base = Base(None, (), FileState.DRIFTED, "the overlay's copy changed")
+            elif sha256(original) != pristine:
+                f.base = Base(None, (), FileState.DRIFTED, "the image changed under the overlay")
+            else:
+                f.base = Base(original, record.fixes, FileState.APPLIED if record.fixes else FileState.PRISTINE)
+        return out
+
+    def writes(
+        self,
+        files: Mapping[str, InstalledFile],
+        rebuilt: Rebuilt,
+        new: Manifest,
+        old: Manifest,
+        dists: Mapping[str, Distribution],
+        stamp: Stamp | None = None,
+    ) -> list[Write]:
+        """Every file of the new overlay (none: the overlay goes), the manifest among them; the warm
+        stamp's targets are each overlay module and each installed file it shadows."""
+        if new.empty:
+            return []
+        out: dict[str, bytes] = {}
+        entries, targets = [], {}
+        for path, record in sorted(new.files.items()):
+            if not path.endswith(".py") or plugin.module_name(path) is None:
+                raise Refused(
+                    f"{path} is not a Python module: an overlay can only carry modules (apply in place instead)",
+                    fix_id=record.fixes[0],
+                    path=path,
+                )
+            content = rebuilt.new[path]
+            rel = f"{MODULES}/{path}" if content is not None else None
+            if content is not None and rel is not None:
+                out[rel] = content
+                code, pyc = rebuilt.code.get(path), pyc_path(rel)
+                if code is not None and pyc is not None:
+                    out[pyc] = hash_based_pyc(code, content)
+                targets[str(self.root / rel)] = record.applied
+            f = files[path]
+            original = f.dist.file(path)
+            pristine = sha256(f.current)  # the installed bytes the overlay is built over
+            entries.append(
+                plugin.IndexEntry(path, plugin.module_name(path), rel, record.applied, str(original), pristine)
+            )
+            targets[str(original)] = pristine
+        hook = (plugin.RUNTIME / "hook.py").read_bytes()
+        out[HOOK] = hook
+        compiled = plugin.pyc(HOOK, hook)
+        if compiled is not None:
+            out[compiled[0]] = compiled[1]
+        out.update(plugin.files(plugin.index("overlay", new, entries)))
+        for rel in (HOOK, plugin.INDEX, *plugin.CODE):
+            targets[str(self.root / rel)] = sha256(out[rel])
+        if stamp is not None:
+            new = replace(new, warm=stamp(targets))
+        out[f"{STATE_DIR_NAME}/{MANIFEST}"] = new.to_bytes()
+        return [Write(self.root / rel, content) for rel, content in out.items()]
+
+    def notes(self, manifest: Manifest) -> list[str]:
+        if manifest.empty:
+            return [f"no overlay at {self.root}"]
+        return [f"the overlay is {self.root}; to use it: {activation(self.root)}"]

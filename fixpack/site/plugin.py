@@ -11,19 +11,19 @@ its RECORD lists its files."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import marshal
-import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..core.bytecode import compile_module, hash_based_pyc
+from ..core.bytecode import compile_module, hash_based_pyc, pyc_path
 from .distributions import Distribution
 from .manifest import Manifest
 from .record import render_record, row_for
 
 __all__ = [
-    "NAME", "PACKAGE", "DIST_INFO", "RUNTIME", "CODE", "module_name", "index", "files", "pyc", "in_place", "prune",
+    "NAME", "PACKAGE", "DIST_INFO", "RUNTIME", "CODE", "IndexEntry", "module_name", "index", "read_entries", "files",
+    "pyc", "in_place", "prune",
 ]  # fmt: skip
 
 NAME = "fixpack-runtime-check"
@@ -55,24 +55,39 @@ def module_name(path: str) -> str | None:
     return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
 
 
-def index(mode: str, manifest: Manifest, entries: list[dict]) -> bytes:
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """One patched file in the runtime index, as the runtime check and the overlay's hook read it."""
+
+    path: str  # repository path
+    module: str | None  # dotted name, None when the file is not a module
+    file: str | None  # the patched file (absolute; in an overlay, relative to it); None: a fix removed it
+    sha256: str | None  # its hash after the fixes
+    original: str | None = None  # the installed file an overlay shadows, or one a fix removed in place
+    pristine: str | None = None  # the hash of the installed file an overlay was built over
+
+
+def index(mode: str, manifest: Manifest, entries: list[IndexEntry]) -> bytes:
     """The index the runtime check (and an overlay's import hook) reads; see fixpack/runtime. It
     carries the fix-set identity of what ``manifest`` applies (digest and fixes), which the check logs."""
     fix_set = manifest.fix_set
     data = {"format": 1, "mode": mode, "profile": manifest.profile, "release": manifest.release}
     data["fixes"] = list(manifest.fixes)
     data["fix_set"] = fix_set.to_json() if fix_set is not None else None
-    data["files"] = sorted(entries, key=lambda e: e["path"])
-    if manifest is not None and manifest.recipe is not None:
+    data["files"] = [asdict(e) for e in sorted(entries, key=lambda e: e.path)]
+    if manifest.recipe is not None:
         data["recipe"], data["rules"] = manifest.recipe, list(manifest.rules)
     return (json.dumps(data, indent=1) + "\n").encode()
 
 
-def pyc_path(source_path: str) -> str | None:
-    """Where a module's bytecode goes (path relative to its root), if this Python writes any."""
-    if sys.dont_write_bytecode or sys.pycache_prefix or not source_path.endswith(".py"):
-        return None
-    return importlib.util.cache_from_source(source_path)
+def read_entries(raw: bytes | None) -> dict[str, IndexEntry]:
+    """An index's entries by repository path; {} when there is none or it cannot be read (the
+    callers then find every file unaccounted for)."""
+    try:
+        data = json.loads(raw or b"{}")
+        return {e["path"]: IndexEntry(**e) for e in data.get("files", [])}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
 def pyc(source_path: str, content: bytes) -> tuple[str, bytes] | None:
@@ -114,14 +129,9 @@ def in_place(site: Path, manifest: Manifest, dists: list[Distribution]) -> dict[
             target = str(by_name[record.dist].file(path))
             removed = record.applied is None
             entries.append(
-                {
-                    "path": path,
-                    "module": module_name(path),
-                    "file": None if removed else target,
-                    "sha256": record.applied,
-                    "original": target if removed else None,
-                    "pristine": None,
-                }
+                IndexEntry(
+                    path, module_name(path), None if removed else target, record.applied, target if removed else None
+                )
             )
         content = index("in-place", manifest, entries)
         wanted = {site / rel: data for rel, data in files(content).items()}

@@ -1,59 +1,50 @@
-"""The steps the site commands (apply, status, revert) are recipes of: find what is installed,
-check its commits, recognise each file, rebuild the new contents (each patched module built and
-compiled here, in memory), and turn them into a write set: targets, their bytecode, the state."""
+"""The install pipeline, the steps ``apply``, ``status`` and ``revert`` are recipes of: find what
+is installed and the destination, check its commits, recognise each file, rebuild the new contents
+(each patched module built and compiled here, in memory) for the destination to turn into its
+write set (``fixpack.site.destination``)."""
 
 from __future__ import annotations
 
-import importlib.util
 import marshal
-import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
 from pathlib import Path
 
-from ..cookbook.catalog import Catalog
-from ..core import rebuild, recognise
-from ..core.bytecode import hash_based_pyc
-from ..core.fingerprint import patch_digest, sha256
-from ..core.plan import pack_chain
-from ..errors import FixpackError, Refused
-from ..models import Action, Change, FileRecord, FileState, Fix, Plan, Profile
-from ..site import commits
-from ..site.destination import Destination, Write
-from ..site.distributions import Distribution, Environment
-from ..site.layout import MANIFEST
-from ..site.manifest import Manifest
-from ..site.record import rewrite_record
-from ..site.state import pristine_copy, read_file, read_manifest
+from ...cookbook.catalog import Catalog
+from ...core import rebuild, recognise
+from ...core.bytecode import writes_bytecode
+from ...core.fingerprint import patch_digest, sha256
+from ...core.plan import pack_chain
+from ...errors import FixpackError, Refused
+from ...models import Action, Change, FileRecord, FileState, Fix, Plan, Profile
+from ...site import commits
+from ...site.destination import Destination, InstalledFile, Rebuilt
+from ...site.distributions import Distribution, Environment
+from ...site.inplace import InPlace
+from ...site.manifest import Manifest
+from ...site.overlay import Overlay
+from ...site.state import pristine_copy, read_file
 from .results import FixResult
 
 __all__ = [
-    "InstalledFile",
+    "destination",
     "installed",
     "check_commits",
+    "open_state",
     "recognise_files",
     "refuse_drift",
-    "Rebuilt",
     "rebuild_files",
-    "write_set",
+    "holds_plan",
+    "fix_state",
     "nothing_changed",
     "pulled_in_notes",
     "already_applied",
     "refused_results",
 ]
 
-Counts = dict[str, list[tuple[str, int, int]]]  # fix id -> (path, lines added, removed) per file
 
-
-@dataclass
-class InstalledFile:
-    """One file the plan touches, as it is installed, and what it was recognised as."""
-
-    path: str
-    dist: Distribution
-    current: bytes | None
-    base: recognise.Base
-    stored: bytes | None  # the pristine copy kept in the state directory, if any
+def destination(env: Environment, overlay: Path | None) -> Destination:
+    """Where the fixes are applied: the installed site, or the overlay folder ``overlay``."""
+    return InPlace.of(env) if overlay is None else Overlay(overlay)
 
 
 def installed(profile: Profile, site: Path | None) -> tuple[Environment, dict[str, Distribution]]:
@@ -158,23 +149,13 @@ def refuse_drift(files: dict[str, InstalledFile], plan: Plan, recorded: dict[str
         raise first
 
 
-@dataclass
-class Rebuilt:
-    """What a plan makes of the files it touches."""
-
-    new: dict[str, bytes | None]  # path -> new content (None: removed)
-    records: dict[str, FileRecord]  # the manifest's record of each file a fix changes
-    counts: Counts
-    code: dict[str, bytes]  # each patched module's marshalled code object, when bytecode is written
-
-
 def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...]) -> Rebuilt:
     """New content and manifest record of every file, for the fixes ``fix_ids`` of the plan, and
     the code of each patched module. Raises Refused for a change that does not apply or, once
     every file is built, for a result that does not compile (naming the last change to it)."""
     chains = {path: [pc.change for pc in plan.changes_for(path) if pc.change.fix_id in fix_ids] for path in files}
     out = Rebuilt({path: rebuild.build(f.base.pristine, chains[path]) for path, f in files.items()}, {}, {}, {})
-    keep = _writes_bytecode()
+    keep = writes_bytecode()
     for path, f in files.items():
         changes, content = chains[path], out.new[path]
         if not changes:  # the file goes back to the release's bytes, recognised by their hash
@@ -194,119 +175,6 @@ def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[st
         for c in changes:
             out.counts.setdefault(c.fix_id, []).append((path, *rebuild.line_counts(c)))
     return out
-
-
-def write_set(
-    files: dict[str, InstalledFile],
-    rebuilt: Rebuilt,
-    new_manifest: Manifest,
-    old_manifest: Manifest,
-    state_dir: Path,
-    dists: list[Distribution],
-    stamp: Callable[[], dict] | None = None,
-    runtime: dict[Path, bytes | None] | None = None,
-) -> list[Write]:
-    """The writes that take the site from what it is to the rebuilt files: targets and their
-    bytecode, pristine copies, the runtime check's files (``runtime``: path -> bytes, None to
-    remove), each distribution's RECORD kept true to what is installed, and the manifest (with
-    the warm path's ``stamp`` when anything is written)."""
-    new = rebuilt.new
-    patched = {f.dist.file(path): path for path, f in files.items() if new[path] != f.current}  # target -> path
-    targets = [Write(target, new[path]) for target, path in patched.items()]
-    runtime = runtime or {}
-    writes = [Write(p, c) for p, c in runtime.items() if read_file(p) != c]
-    kept: dict[str, bytes] = {}
-    for path, f in files.items():  # keep the release's bytes of every patched file, and only those
-        keep = f.base.pristine if path in new_manifest.files else None
-        if keep is not None:
-            kept[path] = keep
-        if keep != f.stored:
-            writes.append(Write(pristine_copy(state_dir, path), keep, same_as=f.dist.file(path)))
-    rows = {p.relative_to(state_dir.parent).as_posix(): c for p, c in runtime.items() if c is not None}
-    record_writes, records = _records(files, new, new_manifest, old_manifest, state_dir, dists, kept, rows)
-    writes += record_writes
-    new_manifest = replace(new_manifest, records=records)
-    if (targets or writes) and stamp is not None and not new_manifest.empty:
-        new_manifest = replace(new_manifest, warm=stamp())
-    if targets or writes or not new_manifest.same_content(old_manifest):
-        content = None if new_manifest.empty else new_manifest.to_bytes()
-        if content is not None or (state_dir / MANIFEST).exists():
-            writes.append(Write(state_dir / MANIFEST, content))
-    return [*targets, *_bytecode(patched, rebuilt), *writes]
-
-
-def _writes_bytecode() -> bool:
-    return not (sys.dont_write_bytecode or sys.pycache_prefix)
-
-
-def _pyc(source: Path) -> Path:
-    return Path(importlib.util.cache_from_source(str(source)))
-
-
-def _bytecode(patched: dict[Path, str], rebuilt: Rebuilt) -> list[Write]:
-    """The hash-based .pyc of each patched module, from the code object the rebuild compiled (none
-    when this Python writes no bytecode, or writes it outside the site)."""
-    out = []
-    for target, path in patched.items():
-        code, content = rebuilt.code.get(path), rebuilt.new[path]
-        if code is not None and content is not None:
-            out.append(Write(_pyc(target), hash_based_pyc(code, content)))
-    return out
-
-
-def _records(
-    files: dict[str, InstalledFile],
-    new: dict[str, bytes | None],
-    new_manifest: Manifest,
-    old_manifest: Manifest,
-    state_dir: Path,
-    dists: list[Distribution],
-    kept: dict[str, bytes],
-    runtime_rows: dict[str, bytes] | None = None,
-) -> tuple[list[Write], dict[str, str]]:
-    """Each installed (not editable) distribution's RECORD as pip must find it: the hashes of the
-    files fixes changed, the files they created, and, in the RECORD of the distribution whose
-    site holds the state directory, fixpack's state, so that ``pip uninstall`` leaves nothing of
-    fixpack behind. The pip-written RECORD is kept beside the pristine copies and written back,
-    byte for byte, when the last fix goes."""
-    bases: dict[str, tuple[Distribution, bytes | None, bytes]] = {}
-    for d in sorted({d.name: d for d in dists if not d.editable}.values(), key=lambda d: d.name):
-        current = read_file(d.dist_info / "RECORD")
-        stored = read_file(pristine_copy(state_dir, _record_key(d)))
-        as_left = stored is not None and sha256(current) == old_manifest.records.get(d.dist_info.name)
-        base = stored if as_left else current  # pip wrote the RECORD that is there now: it is the base
-        if base is not None:
-            bases[d.dist_info.name] = (d, current, base)
-    owner = next((n for n, (d, _, _) in bases.items() if d.site == state_dir.parent), None)
-    state_rows = {_state_row(state_dir, p): c for p, c in kept.items()}
-    state_rows.update({_state_row(state_dir, _record_key(d)): base for d, _, base in bases.values()})
-    state_rows.update(runtime_rows or {})  # the runtime check goes with the state when pip uninstalls
-    writes, records = [], {}
-    for name, (d, current, base) in bases.items():
-        if new_manifest.empty:
-            record, keep = base, None
-        else:
-            changed = {p: new[p] for p in new_manifest.files if files[p].dist.name == d.name}
-            extra = state_rows if name == owner else {}
-            unhashed = [_state_row(state_dir, MANIFEST)] if name == owner else []
-            record, keep = rewrite_record(base, {**changed, **extra}, unhashed), base
-            records[name] = sha256(record) or ""
-        if record != current:
-            writes.append(Write(d.dist_info / "RECORD", record))
-        if keep != read_file(pristine_copy(state_dir, _record_key(d))):
-            writes.append(Write(pristine_copy(state_dir, _record_key(d)), keep, same_as=d.dist_info / "RECORD"))
-    return writes, records
-
-
-def _record_key(d: Distribution) -> str:
-    """Where a distribution's pip-written RECORD is kept among the pristine copies."""
-    return f"{d.dist_info.name}/RECORD"
-
-
-def _state_row(state_dir: Path, path: str) -> str:
-    """A state file's path as RECORD lists it: relative to the site that holds the state directory."""
-    full = pristine_copy(state_dir, path) if path != MANIFEST else state_dir / MANIFEST
-    return full.relative_to(state_dir.parent).as_posix()
 
 
 def nothing_changed(refused: Refused) -> Refused:
@@ -346,4 +214,32 @@ def open_state(destination: Destination, catalog: Catalog, notes: list[str]) -> 
     recovered = destination.recover()
     if recovered:
         notes.append(recovered)
-    return read_manifest(destination.state_dir, catalog.fixes, catalog.root)
+    return destination.manifest(catalog.fixes, catalog.root)
+
+
+def holds_plan(manifest: Manifest, plan: Plan, profile: Profile, recipe: tuple[str | None, tuple]) -> bool:
+    """``manifest`` records exactly this plan: its profile and fixes, and patch for patch the
+    changes the cookbook has now, with the same recipe (slug, rules). Pure: nothing read."""
+    if manifest.profile != profile.name or set(plan.fix_ids) != set(manifest.fixes):
+        return False
+    if (manifest.recipe, manifest.rules) != recipe or set(plan.paths()) != set(manifest.files):
+        return False
+    return all(
+        tuple((pc.change.fix_id, patch_digest(pc.change.patch)) for pc in plan.changes_for(path))
+        == manifest.steps(path)
+        for path in plan.paths()
+    )
+
+
+def fix_state(fix: Fix, release: str, files: Mapping[str, InstalledFile]) -> FileState | str:
+    """A fix's state from its files': drifted or missing as the first such file, else applied,
+    partial or pending by how many of its files it is applied in."""
+    per_file = []
+    for change in fix.changes[release]:
+        base = files[change.path].base
+        if base.state in (FileState.DRIFTED, FileState.MISSING):
+            return base.state
+        per_file.append(fix.id in base.applied)
+    if per_file and all(per_file):
+        return FileState.APPLIED
+    return "partial" if any(per_file) else "pending"

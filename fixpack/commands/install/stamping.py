@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cookbook.catalog import Catalog
-from ..site import warm
-from ..site.distributions import Distribution
+from ...cookbook.catalog import Catalog
+from ...site import warm
+from ...site.distributions import Distribution
 from .results import Result
 
 __all__ = ["Invocation", "warm_stamp"]

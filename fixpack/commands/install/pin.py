@@ -6,12 +6,12 @@ apply that finds everything applied already)."""
 
 from __future__ import annotations
 
-from ..core import identity
-from ..core.identity import FixSet
-from ..errors import Refused
-from ..models import Plan
+from ...core import identity
+from ...core.identity import FixSet
+from ...errors import Refused
+from ...models import Plan
+from .pipeline import nothing_changed, refused_results
 from .results import Result
-from .steps import nothing_changed, refused_results
 
 __all__ = ["expectation", "refuse_unexpected", "pinned"]
 

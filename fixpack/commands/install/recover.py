@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..cookbook.catalog import Catalog
-from ..site.destination import InPlace
-from ..site.distributions import Environment
+from ...cookbook.catalog import Catalog
+from ...site.distributions import Environment
+from ...site.inplace import InPlace
 from .status import all_pins
 
 __all__ = ["recover"]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core.identity import FixSet
-from ..errors import FixpackError
-from ..models import Action, FileState
-from ..runtime import fixset
-from ..site.distributions import Distribution
-from ..site.manifest import Manifest
+from ...core.identity import FixSet
+from ...errors import FixpackError
+from ...models import Action, FileState
+from ...runtime import fixset
+from ...site.distributions import Distribution
+from ...site.manifest import Manifest
 
 __all__ = ["FixResult", "Result", "StatusResult"]
 

@@ -1,0 +1,130 @@
+"""``fixpack apply``: a profile's fixes and the opt-ins asked for, applied all or nothing.
+
+The recipe, the same for both destinations (the installed site, or an overlay folder):
+recover -> plan -> recognise -> rebuild (build + compile) -> write set -> destination.commit. Every
+new file content is built and compiled in memory before the first write: a module that does not
+compile refuses the plan, and the bytecode of each patched module is written in the same commit as
+its source, with the runtime check (``fixpack.site.plugin``). With a recipe's ``gate``
+(``fixpack.commands.recipes.launch``), its rules are judged on the plan before anything else, and
+the recipe is recorded with the fixes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ...cookbook.catalog import Catalog
+from ...core.names import suggest
+from ...core.plan import resolve
+from ...errors import Refused, UsageError
+from ...models import Action
+from ...site.manifest import Manifest
+from ...site.warm import exec_command
+from .pin import expectation, pinned, refuse_unexpected
+from .pipeline import (
+    already_applied,
+    check_commits,
+    destination,
+    holds_plan,
+    installed,
+    nothing_changed,
+    open_state,
+    pulled_in_notes,
+    rebuild_files,
+    recognise_files,
+    refuse_drift,
+    refused_results,
+)
+from .results import FixResult, Result
+from .stamping import Invocation, warm_stamp
+
+if TYPE_CHECKING:
+    from ..recipes.launch import Gate
+
+__all__ = ["ApplyRequest", "apply", "exec_command"]  # exec_command: what --exec runs once applied
+
+
+@dataclass(frozen=True)
+class ApplyRequest:
+    """What an apply is asked to do, as the command line gave it."""
+
+    profile: str
+    opt_ins: tuple[str, ...] = ()
+    site: Path | None = None  # look for the distributions only here (--site)
+    overlay: Path | None = None  # build the patched modules into this folder instead of in place
+    dry_run: bool = False
+    allow_unpinned: bool = False
+    expect_fix_set: str | None = None  # refuse unless the fix set the apply leaves has this digest
+    gate: Gate | None = None  # the recipe whose rules must hold for the plan
+    invocation: Invocation | None = None  # given, a writing apply records the warm stamp for it
+
+
+def apply(catalog: Catalog, request: ApplyRequest) -> Result:
+    expected = expectation(request.expect_fix_set)
+    profile = catalog.profile(request.profile)
+    result = Result("apply", profile.name, dry_run=request.dry_run)
+    for name in request.opt_ins:
+        if name not in catalog.fixes:
+            raise UsageError(f"unknown fix {name!r}{suggest(name, list(profile.pack))}", fix_id=name)
+    env, dists = installed(profile, request.site)
+    commit_notes = check_commits(profile, dists, request.allow_unpinned)
+    result.notes += commit_notes
+    target = destination(env, request.overlay)
+    target.admit(env, catalog.fixes, catalog.root)
+    with target.locked(create=not request.dry_run):
+        manifest = open_state(target, catalog, result.notes)
+        if manifest.release not in (None, profile.release):
+            raise Refused(
+                f"fixes of release {manifest.release} (profile {manifest.profile}) are applied {target.where}; "
+                "revert them first"
+            )
+        plan = resolve(catalog.fixes, profile, request.opt_ins, keep=manifest.fixes)
+        result.notes += pulled_in_notes(plan)
+        gate = request.gate
+        if gate is not None:
+            result.notes += gate.judge(plan)
+        recipe, rules = gate.record() if gate is not None else (None, ())
+        if holds_plan(manifest, plan, profile, (recipe, rules)) and target.holds(manifest, dists):
+            result.fixes = already_applied(plan)
+            result.notes += target.notes(manifest)
+            return pinned(result, plan, expected, manifest.fix_set)
+        recorded = target.recorded(manifest)
+        paths = list(dict.fromkeys([*plan.paths(), *recorded.files]))
+        files = recognise_files(catalog.fixes, profile, dists, recorded, paths, target.state_dir)
+        try:
+            refuse_drift(files, plan, recorded.files)
+            rebuilt = rebuild_files(plan, files, plan.fix_ids)
+            for fix in plan.fixes:
+                done = all(target.still_applied(c, files, manifest) for c in fix.changes[profile.release])
+                action = Action.ALREADY_APPLIED if done else (Action.WOULD_APPLY if request.dry_run else Action.APPLIED)
+                pulled_in_by = plan.pulled_in.get(fix.id)
+                result.fixes.append(FixResult(fix.id, action, None, rebuilt.counts.get(fix.id, []), pulled_in_by))
+            new = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records, recipe=recipe, rules=rules)
+            refuse_unexpected(expected, new.fix_set, manifest.fix_set)
+            result.notes += target.notes(new)
+            invocation = request.invocation
+
+            def stamp(targets: dict[str, str | None]) -> dict | None:
+                """How the all-applied state this apply leaves is recognised next time."""
+                assert invocation is not None
+                notes = [*commit_notes, *pulled_in_notes(plan), *target.notes(new)]
+                done = Result("apply", profile.name, already_applied(plan), notes)
+                return warm_stamp(
+                    invocation, catalog, done, list(dists.values()), targets, target.state_dir, request.site,
+                    None if request.overlay is None else Path(os.path.abspath(request.overlay)),
+                )  # fmt: skip
+
+            writing = invocation is not None and not request.dry_run
+            writes = target.writes(files, rebuilt, new, manifest, dists, stamp if writing else None)
+            if request.dry_run:
+                target.check(writes)
+                return result
+            target.commit(writes)
+        except Refused as refused:
+            result.error = nothing_changed(refused)
+            result.fixes = refused_results(plan, refused)
+            return result
+    return result

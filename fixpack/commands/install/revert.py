@@ -1,0 +1,73 @@
+"""``fixpack revert``: the named fixes, and those that require them, taken back to the exact
+pristine bytes (default: all), in place or in an overlay folder (an overlay left with no fix is
+removed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...cookbook.catalog import Catalog
+from ...core.names import suggest
+from ...core.plan import resolve, with_dependents
+from ...errors import Refused, UsageError
+from ...models import Action
+from ...site.distributions import Environment
+from ...site.manifest import Manifest
+from .pipeline import destination, installed, nothing_changed, open_state, rebuild_files, recognise_files, refuse_drift
+from .results import FixResult, Result
+from .status import all_pins
+
+__all__ = ["revert"]
+
+
+def revert(
+    catalog: Catalog, names: tuple[str, ...], site: Path | None, dry_run: bool = False, overlay: Path | None = None
+) -> Result:
+    env = Environment.read(all_pins(catalog), site)
+    result = Result("revert", None, dry_run=dry_run)
+    if overlay is None and not env.found:
+        result.notes.append("nothing is applied here")
+        return result
+    target = destination(env, overlay)
+    with target.locked():
+        manifest = open_state(target, catalog, result.notes)
+        if manifest.empty:
+            result.notes.append(f"nothing is applied {target.where}")
+            return result
+        profile = catalog.profile(manifest.profile or "")
+        result.profile = profile.name
+        for name in names:
+            if name not in manifest.fixes:
+                raise UsageError(
+                    f"fix {name!r} is not applied {target.where}{suggest(name, list(manifest.fixes))}", fix_id=name
+                )
+        removing = with_dependents(catalog.fixes, set(names or manifest.fixes), manifest.fixes)
+        keep = tuple(f for f in manifest.fixes if f not in removing)
+        recorded = target.recorded(manifest)
+        plan = resolve(catalog.fixes, profile, (), keep=manifest.fixes)
+        # The files to rebuild: every file the fixes patched where they patch in place (each goes
+        # back to its release bytes or to what the kept fixes make of it); in an overlay, only the
+        # files a kept fix changes (the rest of the overlay goes, whatever the image holds now).
+        paths = [p for p in plan.paths() if any(pc.change.fix_id in keep for pc in plan.changes_for(p))]
+        paths = list(dict.fromkeys([*recorded.files, *paths]))
+        dists = installed(profile, site)[1] if paths else {}
+        files = recognise_files(catalog.fixes, profile, dists, recorded, paths, target.state_dir)
+        try:
+            refuse_drift(files, plan, recorded.files)
+            rebuilt = rebuild_files(plan, files, keep)
+            new = Manifest(profile.name, profile.release, keep, rebuilt.records) if keep else Manifest()
+            writes = target.writes(files, rebuilt, new, manifest, dists)
+        except Refused as refused:
+            result.error = nothing_changed(refused)
+            return result
+        for fid in manifest.fixes:
+            if fid in removing:
+                needs = removing[fid]
+                why = None if needs is None or not names else f"depends on {needs}, which is being reverted"
+                result.fixes.append(FixResult(fid, Action.WOULD_REVERT if dry_run else Action.REVERTED, why))
+        if dry_run:
+            target.check(writes)
+        else:
+            target.commit(writes)
+            result.notes += target.notes(new)
+    return result

@@ -1,0 +1,45 @@
+"""``fixpack status``: the installed distributions, their commits, the state of each fix in the
+destination (the installed site, or an overlay folder), and the fix set it vouches for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...cookbook.catalog import Catalog
+from ...errors import EnvironmentProblem
+from ...runtime import fixset
+from ...site.distributions import Environment
+from .pipeline import destination, fix_state, installed, open_state, recognise_files
+from .results import StatusResult
+
+__all__ = ["status", "all_pins"]
+
+
+def all_pins(catalog: Catalog) -> dict[str, str]:
+    """Every distribution any profile pins: canonical name -> import package."""
+    return {p.dist: p.package for prof in catalog.profiles.values() for p in prof.pins}
+
+
+def status(catalog: Catalog, profile_name: str | None, site: Path | None, overlay: Path | None = None) -> StatusResult:
+    """``overlay``: each fix's state in that overlay folder, over the installed files."""
+    env = Environment.read(all_pins(catalog), site)
+    if overlay is None and not env.found:
+        where = f"in {site}" if site is not None else "in this interpreter's path (use --site DIR?)"
+        raise EnvironmentProblem(f"neither of {', '.join(sorted(env.wanted))} is installed {where}")
+    notes: list[str] = []
+    target = destination(env, overlay)
+    with target.locked():
+        manifest = open_state(target, catalog, notes)
+    notes += target.notes(manifest)
+    name = profile_name or manifest.profile
+    if name is None:
+        return StatusResult(None, list(env.found.values()), [], notes, manifest)
+    profile = catalog.profile(name)
+    _, dists = installed(profile, site)
+    fix_ids = list(profile.pack) if profile_name else list(manifest.fixes)
+    paths = list(dict.fromkeys(c.path for fid in fix_ids for c in catalog.fixes[fid].changes[profile.release]))
+    recorded = target.recorded(manifest)
+    files = recognise_files(catalog.fixes, profile, dists, recorded, paths, target.state_dir)
+    drifted = fixset.drifted(target.rows(files, manifest, dists))
+    fixes = [(fid, fix_state(catalog.fixes[fid], profile.release, files)) for fid in fix_ids]
+    return StatusResult(profile.name, list(env.found.values()), fixes, notes, manifest, drifted)
