@@ -26,8 +26,10 @@ __all__ = [
 
 FIX_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 # The keys of each table of fix.toml (schema.toml_keys refuses any other)
-KEYS = {"id", "title", "why", "requires", "conflicts", "supersedes", "opt_in", "verified_on", "upstream", "proof",
-        "release"}
+KEYS = {
+    "id", "title", "why", "requires", "conflicts", "supersedes", "opt_in", "verified_on",  # values
+    "upstream", "proof", "release",  # tables
+}  # fmt: skip
 UPSTREAM_KEYS = {"status", "ref", "note"}
 PROOF_KEYS = {"level", "reason", "harmless", "unreachable"}
 HARMLESS_KEYS = {"mutant", "why"}
