@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 from builders import BATCH, GAUDI_COMMIT, RUNNER, SAMPLER, make_site
+
+from fixpack.cli.environment import TESTS_ONLY, VARIABLES
+from fixpack.cli.site_commands import APPLY_ENVIRONMENT
 
 
 def two_fixes(cookbook) -> None:
@@ -297,3 +302,15 @@ def test_drift_after_apply_shows_the_hand_edit(cli, cookbook, site):
     assert r.exit_code == 1 and "changed after fixpack applied runner-fix" in r.stderr
     assert "-    return 7\n+    return 77" in r.stderr
     assert site.read("vllm_gaudi/runner.py") == edited
+
+
+def test_the_help_renders_the_one_table_of_environment_variables(cli):
+    for args, names in ((["--help"], list(VARIABLES)), (["apply", "--help"], APPLY_ENVIRONMENT)):
+        shown = re.findall(r"^ +(FIXPACK_\w+) +(.+)$", cli(*args).output, re.M)
+        assert shown == [(n, VARIABLES[n]) for n in names]
+    repo = Path(__file__).resolve().parent.parent
+    readme = repo.joinpath("README.md").read_text().split("| variable | meaning |", 1)[1].split("\n\n", 1)[0]
+    assert set(re.findall(r"`(FIXPACK_\w+)`", readme)) == set(VARIABLES) | set(TESTS_ONLY)
+    sources = [p.read_text() for p in repo.joinpath("fixpack").rglob("*.py")]
+    read = {name for text in sources for name in re.findall(r"FIXPACK_\w*[A-Z]", text)}
+    assert read - {"FIXPACK_SRC"} <= set(VARIABLES) | set(TESTS_ONLY)  # FIXPACK_SRC_*: the two of them

@@ -137,3 +137,65 @@ def test_an_unparsable_version_py_is_named(cli, cookbook, tmp_path):
     r = cli("status", "--site", str(site.path), "--json")
     dist = {d["name"]: d for d in json.loads(r.stdout)["distributions"]}["vllm-gaudi"]
     assert dist["commit"] is None and "_version.py could not be parsed (SyntaxError" in dist["commit_source"]
+
+
+# A misspelt key in fix.toml or a profile: (file, the line as written, the line misspelt, the key and
+# its table, the suggestion). Each table the loaders read: the top level, a table, a table per
+# release, an entry of an array of tables.
+MISSPELT = {
+    "fix.toml, top level": (
+        "fixes/runner-fix/fix.toml", "requires = []", "requries = []", "'requries' in the top-level table",
+        "(did you mean 'requires'?)",
+    ),
+    "fix.toml, [upstream]": (
+        "fixes/runner-fix/fix.toml", 'status = "pending"', 'status = "pending"\nstatuss = "submitted"',
+        "'statuss' in [upstream]", "(did you mean 'status'?)",
+    ),
+    "fix.toml, [release]": (
+        "fixes/runner-fix/fix.toml", 'patch = "v0.26.0.patch"', 'patch = "v0.26.0.patch"\ntransform = "x.py"',
+        "'transform' in [release.\"v0.26.0\"]", "(did you mean 'transforms'?)",
+    ),
+    "fix.toml, [proof]": (
+        "fixes/runner-fix/fix.toml", 'reason = "test fix"', 'reasons = "test fix"', "'reasons' in [proof]",
+        "(did you mean 'reason'?)",
+    ),
+    "fix.toml, [[proof.unreachable]]": (
+        "fixes/runner-fix/fix.toml", 'reason = "test fix"',
+        'reason = "test fix"\n[[proof.unreachable]]\nline = "h1:+1"\nwhy = "it is"\ncomment = "x"',
+        "'comment' in [[proof.unreachable]] #1", "(known: line, why)",
+    ),
+    "fix.toml, [[proof.harmless]]": (
+        "fixes/runner-fix/fix.toml", 'reason = "test fix"',
+        'reason = "test fix"\n[[proof.harmless]]\nmutant = "h1:revert"\nwhy = "it is"\n'
+        '[[proof.harmless]]\nmutnat = "h1:+1:const:+1"\nwhy = "it is"',
+        "'mutnat' in [[proof.harmless]] #2", "(did you mean 'mutant'?)",
+    ),
+    "profile, top level": (
+        "profiles/v0.26.0.toml", 'opt_ins = []', 'opt_ins = []\nopt_in = []', "'opt_in' in the top-level table",
+        "(did you mean 'opt_ins'?)",
+    ),
+    "profile, [[pin]]": (
+        "profiles/v0.26.0.toml", 'package = "vllm"\n', 'package = "vllm"\nversoin = "0.26.0"\n',
+        "'versoin' in [[pin]] #1", "(did you mean 'version'?)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MISSPELT)
+def test_a_misspelt_key_exits_2_naming_the_file_the_key_and_the_nearest_one(case, cli, cookbook, site):
+    _pack(cookbook)
+    rel, old, new, key, hint = MISSPELT[case]
+    path = cookbook.root / rel
+    text = path.read_text()
+    assert text.count(old) == 1, old
+    path.write_text(text.replace(old, new))
+    before, book_before = site.snapshot(), {p: p.read_bytes() for p in cookbook.root.rglob("*") if p.is_file()}
+    sources = [f"--source={d}={p}" for d, p in cookbook.sources.items()]
+    for args in (["list"], ["apply", "--profile", "v0.26.0", "--site", str(site.path)], ["verify", *sources]):
+        r = cli(*args)
+        assert r.exit_code == 2, (args, r.output)
+        errors = [line for line in r.stderr.splitlines() if line.startswith("fixpack: error:")]
+        assert len(errors) == 1 and "Traceback" not in r.output, r.output
+        assert f"invalid {path}: unknown key {key} {hint}" in errors[0], errors[0]
+    assert site.snapshot() == before
+    assert {p: p.read_bytes() for p in cookbook.root.rglob("*") if p.is_file()} == book_before

@@ -9,7 +9,8 @@ import textwrap
 import pytest
 from builders import REPO
 
-from fixpack.applicators.cst import (
+from fixpack.core import patch as diff
+from fixpack.transforms import (
     CstFailed,
     Transform,
     add_function,
@@ -22,7 +23,6 @@ from fixpack.applicators.cst import (
     replace_expr,
     replace_statement,
 )
-from fixpack.core import patch as diff
 
 SOURCE = textwrap.dedent(
     '''\
@@ -146,7 +146,7 @@ def test_ambiguous_definitions_and_statements():
 
 
 def test_libcst_is_not_imported_by_the_engine():
-    engine = "fixpack.cli, fixpack.commands.install.apply, fixpack.applicators.cst"
+    engine = "fixpack.cli, fixpack.commands.install.apply, fixpack.transforms"
     code = f"import sys, {engine}; print('libcst' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -162,7 +162,7 @@ def test_render_transforms_to_a_diff_that_applies(tmp_path):
     write_transforms(
         tmp_path / "fix",
         """\
-        from fixpack.applicators.cst import Transform, replace_body
+        from fixpack.transforms import Transform, replace_body
 
         TRANSFORMS = [Transform(path="vllm_gaudi/runner.py", edits=[replace_body("helper", "return 2")])]
         """,
@@ -180,7 +180,7 @@ def test_render_transforms_refuses_an_absent_file(tmp_path):
     write_transforms(
         tmp_path / "fix",
         """\
-        from fixpack.applicators.cst import Transform, replace_body
+        from fixpack.transforms import Transform, replace_body
         TRANSFORMS = [Transform("vllm_gaudi/gone.py", [replace_body("f", "pass")])]
         """,
     )
@@ -194,11 +194,11 @@ def test_render_transforms_refuses_an_absent_file(tmp_path):
         ("TRANSFORMS = 1\n", "TRANSFORMS must be a list"),
         ("raise RuntimeError('boom')\n", "RuntimeError: boom"),
         (
-            "from fixpack.applicators.cst import Transform\nTRANSFORMS = [Transform('a.py', [])]\n",
+            "from fixpack.transforms import Transform\nTRANSFORMS = [Transform('a.py', [])]\n",
             "edits must be a non-empty list",
         ),
         (
-            "from fixpack.applicators.cst import Transform, add_import as a\n"
+            "from fixpack.transforms import Transform, add_import as a\n"
             "TRANSFORMS = [Transform('a.py', [a('import os')]), Transform('a.py', [a('import re')])]\n",
             "a file has two Transforms",
         ),

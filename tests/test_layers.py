@@ -17,7 +17,6 @@ ALLOWED = {
     "fixpack.models": set(),
     "fixpack.errors": set(),
     "fixpack.transforms": {"fixpack.core"},
-    "fixpack.applicators": {"fixpack.transforms"},
     # fixpack.runtime.rules: the recipes' rule evaluator, and fixpack.runtime.fixset: when a digest may
     # be reported; stdlib-only leaves the runtime check carries
     "fixpack.cookbook": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.runtime.rules"},

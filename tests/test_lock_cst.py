@@ -24,7 +24,7 @@ def test_lock_renders_cst_then_apply(cookbook, site):
         """)
     )
     (d / "v0.26.0_cst.py").write_text(
-        "from fixpack.applicators.cst import Transform, replace_body\n"
+        "from fixpack.transforms import Transform, replace_body\n"
         "TRANSFORMS = [Transform('vllm_gaudi/runner.py', [replace_body('f7', 'return 777')])]\n"
     )
     cookbook.profile(["cst-only"])

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from builders import BATCH, PRISTINE, RUNNER, SAMPLER, make_site
 
-from fixpack.applicators.cst import load_transforms, render_transforms
 from fixpack.cookbook.catalog import Catalog
+from fixpack.transforms import load_transforms, render_transforms
 
 EXECUTOR = PRISTINE["vllm"]["vllm/executor.py"]
 BATCH_FIXED = BATCH.replace("self.rows[a], self.rows[b] = self.rows[b], self.rows[a]", "self.rows.swap(a, b)")
@@ -67,7 +67,7 @@ def cst_fix(cookbook, fix_id: str, body: str) -> None:
 
 
 CST_F25 = """\
-    from fixpack.applicators.cst import Transform, replace_body
+    from fixpack.transforms import Transform, replace_body
     TRANSFORMS = [Transform("vllm_gaudi/runner.py", [replace_body("f25", "return 2500")])]
     """
 

@@ -4,7 +4,7 @@ started by hand, vLLM's own general-plugin loader (``vllm.plugins.load_general_p
 fixpack's runtime check, which refuses lazy mode with the entry point's line.
 
 Needs FIXPACK_SRC_VLLM_GAUDI and FIXPACK_SRC_VLLM (skipped, saying so, without them) and, for the
-plugin loader, vLLM's Python dependencies (see DESIGN.md: "Real vLLM on a CPU")."""
+plugin loader, vLLM's Python dependencies (`.ci/run` installs them, as the README's set-up says)."""
 
 from __future__ import annotations
 

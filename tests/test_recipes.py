@@ -238,6 +238,30 @@ def test_a_file_that_is_not_a_recipe_exits_2_at_its_line(cli, book, old, new, wo
     assert (data["ok"], data["file"], data["line"]) == (False, "recipes/Qwen/Qwen3.5-122B-A10B-FP8/recipe.yaml", line)
 
 
+@pytest.mark.parametrize(
+    "old, new, words",
+    [
+        ("  slug: qwen", "  slgu: qwen", "unknown key 'slgu' in meta (did you mean 'slug'?)"),
+        ("    tensor_parallel: 4\n", "    tensor_paralel: 4\n", "in hardware.layout (did you mean 'tensor_parallel'?)"),
+        ("      why: stale device", "      wyh: stale device", "'wyh' in fixes.depends_on.1 (did you mean 'why'?)"),
+        ("verdict: warn", "verdcit: warn", "unknown key 'verdcit' in rules.3 (did you mean 'verdict'?)"),
+    ],
+)
+def test_a_misspelt_key_exits_2_naming_the_file_the_key_and_the_nearest_one(cli, book, site, old, new, words):
+    text, line = changed(old, new)
+    path = book(text)
+    r = cli("recipe", "check")
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith(
+        f"fixpack: error: invalid recipe recipes/Qwen/Qwen3.5-122B-A10B-FP8/recipe.yaml:{line}: "
+    ), r.stderr
+    assert words in r.stderr and len(r.stderr.splitlines()) == 1 and "Traceback" not in r.output, r.stderr
+    before = site.snapshot()
+    r = cli("apply", "--recipe", SLUG, "--site", str(site.path))
+    assert r.exit_code == 2 and words in r.stderr and len(r.stderr.splitlines()) == 1, r.output
+    assert site.snapshot() == before and path.read_text() == text
+
+
 def test_a_slug_used_twice_exits_2(cli, book):
     book(TEXT)
     book(TEXT, "recipes/Qwen/Qwen3.5-122B-A10B-FP8/tp8.yaml")

@@ -8,6 +8,7 @@ import importlib
 import click
 
 from .. import __version__
+from .environment import help_block
 
 __all__ = ["COMMANDS", "main"]
 
@@ -29,16 +30,6 @@ COMMANDS = {
     "recipe": "recipe_commands:recipe",
 }
 
-ENVIRONMENT_HELP = """\b
-Environment:
-  FIXPACK_SITE            default for --site
-  FIXPACK_COOKBOOK        use the fixes/ and profiles/ of another checkout
-  FIXPACK_SRC_VLLM_GAUDI  default --source vllm-gaudi=DIR (verify, lock)
-  FIXPACK_SRC_VLLM        default --source vllm=DIR (verify, lock)
-  FIXPACK_LOCK_TIMEOUT    seconds to wait for another fixpack's lock (default 300)
-  FIXPACK_NO_FAST_PATH    1: apply_all.py always runs the full apply
-"""
-
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -54,7 +45,7 @@ class LazyGroup(click.Group):
 @click.group(
     cls=LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
-    epilog=ENVIRONMENT_HELP,
+    epilog=help_block(),
 )
 @click.version_option(__version__, prog_name="fixpack")
 def main() -> None:

@@ -11,6 +11,7 @@ import click
 
 from ..errors import EnvironmentProblem, FixpackError, UsageError
 from . import render
+from .environment import help_block
 from .options import JSON, SITE, catalog, guard
 
 OVERLAY = click.option(
@@ -49,15 +50,16 @@ def _list_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
     return {"profile": kwargs.get("profile"), "fixes": [], "error": exc.message}
 
 
-APPLY_EPILOG = """\b
-Environment:
-  FIXPACK_SITE          default for --site
-  FIXPACK_COOKBOOK      use the fixes/ and profiles/ of another checkout
-  FIXPACK_LOCK_TIMEOUT  seconds to wait for another fixpack's lock (default 300)
-  FIXPACK_NO_FAST_PATH  1: apply_all.py always runs the full apply
-  FIXPACK_EXPECT_FIX_SET default for --expect-fix-set
-  FIXPACK_RUNTIME_CHECK in vLLM processes: stop (default), warn or off
-\b
+APPLY_ENVIRONMENT = (
+    "FIXPACK_SITE",
+    "FIXPACK_COOKBOOK",
+    "FIXPACK_LOCK_TIMEOUT",
+    "FIXPACK_NO_FAST_PATH",
+    "FIXPACK_EXPECT_FIX_SET",
+    "FIXPACK_RUNTIME_CHECK",
+    "FIXPACK_AGREE_TIMEOUT",
+)
+APPLY_EPILOG = help_block(APPLY_ENVIRONMENT) + """\b
 --exec CMD [ARGS...]   last on the line: once applied (exit 0), replace this
                        process with CMD, with DIR on PYTHONPATH for --overlay DIR;
                        with --recipe, the recipe's rules are checked on CMD's

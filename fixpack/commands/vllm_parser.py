@@ -3,9 +3,9 @@ parse, which options does the parser know, which variables does vLLM read. A chi
 importing vLLM takes seconds, sets up its platform and plugins, and must not change fixpack's
 process; the child is this file run as a script (standard library and vLLM only).
 
-In the child, as DESIGN.md's "Real vLLM on a CPU" says: ``VLLM_PLUGINS`` is set empty (vllm-gaudi's
-plugins import habana_frameworks), vLLM's CPU platform is made the current one before the parser
-is built (the stock wheel does not detect it on x86), then ``make_arg_parser(FlexibleArgumentParser())``.
+In the child: ``VLLM_PLUGINS`` is set empty (vllm-gaudi's plugins import habana_frameworks), vLLM's
+CPU platform is made the current one before the parser is built (the stock wheel does not detect it
+on x86), then ``make_arg_parser(FlexibleArgumentParser())``.
 The vLLM is the one this interpreter imports, else the tree of ``FIXPACK_SRC_VLLM`` (repository
 layout: DIR/vllm/...)."""
 

@@ -11,7 +11,7 @@ from ..core.patch import index
 from ..core.paths import check_all
 from ..errors import UsageError
 from ..models import PROOF_LEVELS, UPSTREAM_STATUSES, Change, Fix, Proof, Upstream
-from . import tomlfile
+from . import schema, tomlfile
 from .lockfile import lock_path, read_lock
 from .tomlfile import field, invalid, quote
 
@@ -25,6 +25,16 @@ __all__ = [
 ]
 
 FIX_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+# The keys of each table of fix.toml (schema.toml_keys refuses any other)
+KEYS = {
+    "id", "title", "why", "requires", "conflicts", "supersedes", "opt_in", "verified_on",  # values
+    "upstream", "proof", "release",  # tables
+}  # fmt: skip
+UPSTREAM_KEYS = {"status", "ref", "note"}
+PROOF_KEYS = {"level", "reason", "harmless", "unreachable"}
+HARMLESS_KEYS = {"mutant", "why"}
+UNREACHABLE_KEYS = {"line", "why"}
+RELEASE_KEYS = {"patch", "transforms"}
 
 
 def rendered_patch_name(release: str) -> str:
@@ -35,14 +45,17 @@ def rendered_patch_name(release: str) -> str:
 def load_fix(fix_dir: Path) -> Fix:
     where = fix_dir / "fix.toml"
     data = tomlfile.read(where)
+    schema.toml_keys(data, KEYS, where)
     fix_id = field(data, "id", str, where)
     if fix_id != fix_dir.name or not FIX_ID.match(fix_id):
         raise invalid(where, f"id {fix_id!r} must be lower-case-with-dashes and equal the directory name")
     upstream = field(data, "upstream", dict, where)
+    schema.toml_keys(upstream, UPSTREAM_KEYS, where, "upstream")
     status = field(upstream, "status", str, where)
     if status not in UPSTREAM_STATUSES:
         raise invalid(where, f"upstream.status {status!r} is not one of {', '.join(UPSTREAM_STATUSES)}")
     proof = field(data, "proof", dict, where)
+    schema.toml_keys(proof, PROOF_KEYS, where, "proof")
     level = field(proof, "level", str, where)
     if level not in PROOF_LEVELS:
         raise invalid(where, f"proof.level {level!r} is not one of {', '.join(PROOF_LEVELS)}")
@@ -52,12 +65,16 @@ def load_fix(fix_dir: Path) -> Fix:
     entries = proof.get("harmless", [])
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise invalid(where, "proof.harmless must be [[proof.harmless]] tables (mutant = ID, why = ...)")
+    for i, entry in enumerate(entries):
+        schema.toml_keys(entry, HARMLESS_KEYS, where, "proof", "harmless", i)
     harmless = tuple((field(e, "mutant", str, where), field(e, "why", str, where).strip()) for e in entries)
     if any(not why for _, why in harmless):
         raise invalid(where, "each [[proof.harmless]] needs a why: the reason that mutant is harmless")
     lines = proof.get("unreachable", [])
     if not isinstance(lines, list) or not all(isinstance(e, dict) for e in lines):
         raise invalid(where, "proof.unreachable must be [[proof.unreachable]] tables (line = ID, why = ...)")
+    for i, entry in enumerate(lines):
+        schema.toml_keys(entry, UNREACHABLE_KEYS, where, "proof", "unreachable", i)
     unreachable = tuple((field(e, "line", str, where), field(e, "why", str, where, "").strip()) for e in lines)
     if any(not why for _, why in unreachable):
         raise invalid(where, "each [[proof.unreachable]] needs a why: the reason a proof on CPU cannot run that line")
@@ -69,6 +86,7 @@ def load_fix(fix_dir: Path) -> Fix:
     for release, spec in field(data, "release", dict, where).items():
         if not isinstance(spec, dict):
             raise invalid(where, f"release {release!r} must be a table")
+        schema.toml_keys(spec, RELEASE_KEYS, where, "release", release)
         transforms = field(spec, "transforms", str, where, "")
         if transforms and not (fix_dir / transforms).is_file():
             raise invalid(where, f"release {release!r}: {transforms} is missing")

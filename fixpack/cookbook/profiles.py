@@ -6,21 +6,27 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..models import Pin, Profile
-from . import tomlfile
+from . import schema, tomlfile
 from .tomlfile import field, invalid, quote
 
 __all__ = ["load_profile", "draft_profile"]
 
+# The keys of a profile and of each [[pin]] (schema.toml_keys refuses any other)
+KEYS = {"release", "description", "pack", "opt_ins", "pin"}
+PIN_KEYS = {"dist", "package", "version", "commits"}
+
 
 def load_profile(path: Path) -> Profile:
     data = tomlfile.read(path)
+    schema.toml_keys(data, KEYS, path)
     pins = []
     raw_pins = data.get("pin", [])
     if not isinstance(raw_pins, list):
         raise invalid(path, "pins must be [[pin]] tables")
-    for raw in raw_pins:
+    for i, raw in enumerate(raw_pins):
         if not isinstance(raw, dict):
             raise invalid(path, "each [[pin]] must be a table")
+        schema.toml_keys(raw, PIN_KEYS, path, "pin", i)
         pins.append(
             Pin(
                 dist=field(raw, "dist", str, path),

@@ -18,7 +18,7 @@ import yaml
 
 from ..errors import UsageError
 from ..runtime import rules as rulebook
-from . import default_root
+from . import default_root, schema
 
 __all__ = ["Recipe", "Upstream", "load_recipe", "load_recipes", "RECIPES_DIR"]
 
@@ -156,13 +156,16 @@ class _Reader:
         name = ".".join(str(w) for w in where) or "the document"
         if not isinstance(value, dict):
             raise self.fail(where, f"{name} must be a mapping")
-        for key in value:
-            if key not in known:
-                raise self.fail((*where, key), f"unknown key {key!r} in {name} (known: {', '.join(sorted(known))})")
+        self.keys(value, where, known)
         for key in sorted(required):
             if key not in value:
                 raise self.fail(where, f"{name} has no {key!r}")
         return value
+
+    def keys(self, value: dict, where: Where, known: set[str]) -> None:
+        """The schema's check of one mapping's keys, an unknown one failing at its own line."""
+        name = ".".join(str(w) for w in where) or "the document"
+        schema.check(value, known, name, lambda key, message: self.fail((*where, key), message))
 
     def string(self, value: Any, where: Where, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
         if not isinstance(value, str) or not value.strip():
@@ -255,6 +258,8 @@ def load_recipe(path: Path, root: Path | None = None) -> Recipe:
 
     rules = []
     for where, item in r.items(top["rules"], ("rules",), empty=True):
+        if isinstance(item, dict):  # the rule's own keys here; its conditions are the rulebook's vocabulary
+            r.keys(item, where, rulebook.RULE_KEYS)
         try:
             rulebook.validate(item)
         except rulebook.RuleError as exc:
