@@ -43,7 +43,7 @@ from .steps import (
 )
 
 if TYPE_CHECKING:
-    from .launch import Gate
+    from .recipes.launch import Gate
 
 __all__ = ["apply"]
 

@@ -40,7 +40,7 @@ from .steps import (
 )
 
 if TYPE_CHECKING:
-    from .launch import Gate
+    from .recipes.launch import Gate
 
 __all__ = ["apply_overlay", "status_overlay", "revert_overlay", "exec_command"]
 

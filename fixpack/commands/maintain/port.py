@@ -32,23 +32,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..cookbook.catalog import Catalog
-from ..cookbook.fix_module import release_table, rendered_patch_name, transforms_file
-from ..cookbook.profiles import draft_profile
-from ..core import patch as diff
-from ..core import rebuild
-from ..core.fingerprint import of
-from ..core.plan import chains as pack_chains
-from ..errors import UsageError
-from ..models import Change, Fingerprint, Fix, PortOutcome, Profile, ProofState
-from ..proofkit import BUG_PRESENT, PASSED
-from ..proofrun import ProofRun, run_proof, start_server, threads_per_proof
-from ..site.commits import from_version_py
+from ...cookbook.catalog import Catalog
+from ...cookbook.fix_module import release_table, rendered_patch_name, transforms_file
+from ...cookbook.profiles import draft_profile
+from ...core import patch as diff
+from ...core import rebuild
+from ...core.fingerprint import of
+from ...core.plan import chains as pack_chains
+from ...errors import UsageError
+from ...models import Change, Fingerprint, Fix, PortOutcome, Profile, ProofState
+from ...proofkit import BUG_PRESENT, PASSED
+from ...proofrun import ProofRun, run_proof, start_server, threads_per_proof
+from ...site.commits import from_version_py
 from . import lock
 from .trees import copy_trees, link_trees, proof_trees, put, tail
 
 if TYPE_CHECKING:  # libcst loads only when a transform runs
-    from ..transforms import Transform
+    from ...transforms import Transform
 
 __all__ = ["ChangeReport", "FixProof", "PortReport", "port"]
 
@@ -179,7 +179,7 @@ def _try(change: Change, before: bytes | None, transform: Transform | None) -> t
     fix, path = change.fix_id, change.path
     locked = change.fingerprint is not None and of(before) == change.fingerprint.before
     if transform is not None:
-        from ..transforms import CstFailed
+        from ...transforms import CstFailed
 
         try:
             after = transform.apply(before)
@@ -251,7 +251,7 @@ def port(
     for fix in fixes:
         spec = transforms_file(Path(fix.source), from_release)
         if spec is not None:
-            from ..transforms import load_transforms
+            from ...transforms import load_transforms
 
             transforms.update({(fix.id, t.path): t for t in load_transforms(spec)})
     reports: list[ChangeReport] = []

@@ -14,17 +14,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cookbook.catalog import Catalog
-from ..core import patch, rebuild
-from ..core.fingerprint import sha256
-from ..core.plan import chains
-from ..errors import FixpackError, Refused
-from ..models import Fix, Profile, ProofVerdict
-from ..proofkit import BUG_PRESENT, PASSED
-from ..proofrun import run_proof, start_server, threads_per_proof
+from ...cookbook.catalog import Catalog
+from ...core import patch, rebuild
+from ...core.fingerprint import sha256
+from ...core.plan import chains
+from ...errors import FixpackError, Refused
+from ...models import Fix, Profile, ProofVerdict
+from ...proofkit import BUG_PRESENT, PASSED
+from ...proofrun import run_proof, start_server, threads_per_proof
 from . import lock
-from .mutate import FixMutants, mutate
-from .proofcover import FixCoverage, fix_lines, measured, rcfile
+from .coverage import FixCoverage, fix_lines, measured, rcfile
+from .mutants import FixMutants, mutate
 from .trees import copy_trees, link_trees, proof_trees, put, tail
 
 __all__ = ["FixVerdict", "verify_profile", "junit"]

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
-from ..cookbook.catalog import Catalog
-from ..core import patch, rebuild
-from ..core.mutants import Mutant, Target, mutants
-from ..core.plan import chains
-from ..models import Change, Fix, Profile
-from ..proofkit import PASSED
-from ..proofrun import run_proof, threads_per_proof
+from ...cookbook.catalog import Catalog
+from ...core import patch, rebuild
+from ...core.mutants import Mutant, Target, mutants
+from ...core.plan import chains
+from ...models import Change, Fix, Profile
+from ...proofkit import PASSED
+from ...proofrun import run_proof, threads_per_proof
 from .trees import link_trees, proof_trees, put
 
 __all__ = ["MutantRun", "FixMutants", "chain_contents", "mutate", "pack_files"]

@@ -7,8 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
-from ..models import Profile
-from ..proofkit import Trees
+from ...models import Profile
+from ...proofkit import Trees
 
 __all__ = ["copy_trees", "link_trees", "put", "proof_trees", "tail"]
 

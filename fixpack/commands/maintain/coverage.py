@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..cookbook.catalog import Catalog
-from ..core import patch, rebuild
-from ..core.mutants import Target, added_lines
-from ..models import Profile
-from .mutate import pack_files
+from ...cookbook.catalog import Catalog
+from ...core import patch, rebuild
+from ...core.mutants import Target, added_lines
+from ...models import Profile
+from .mutants import pack_files
 
 __all__ = ["FixCoverage", "Line", "fix_lines", "measured", "rcfile"]
 
