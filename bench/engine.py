@@ -123,7 +123,8 @@ class Tools:
 
     def knows_recipes(self) -> bool:
         """Whether the engine under test takes ``apply --recipe`` (engines before issue 29 do not)."""
-        return (self.repo / "fixpack" / "commands" / "launch.py").is_file()
+        commands = self.repo / "fixpack" / "commands"
+        return any((commands / where).is_file() for where in ("launch.py", "recipes/launch.py"))
 
     def fixpack(self, *args: str) -> list[str]:
         return [self.python, "-m", "fixpack", *args]

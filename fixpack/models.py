@@ -11,9 +11,8 @@ __all__ = [
     "Word",
     "Action",
     "FileState",
-    "ProofVerdict",
     "PortOutcome",
-    "ProofState",
+    "ProofOutcome",
     "Fingerprint",
     "Change",
     "Upstream",
@@ -60,13 +59,6 @@ class FileState(Word):
     MISSING = "missing"  # absent, and the change does not create it
 
 
-class ProofVerdict(Word):
-    DEMONSTRATED = "demonstrated"
-    PARTIAL = "partial"
-    NONE = "none"
-    FAILED = "failed"
-
-
 class PortOutcome(Word):
     UNCHANGED = "unchanged"  # applies, from exactly the bytes it was locked against
     OFFSET = "offset"  # its hunks apply to a changed file
@@ -79,12 +71,13 @@ class PortOutcome(Word):
         return self in (PortOutcome.UNCHANGED, PortOutcome.OFFSET, PortOutcome.CST)
 
 
-class ProofState(Word):
-    """How one run of a fix's proof ended, on a given tree."""
+class ProofOutcome(Word):
+    """How one run of a fix's proof ended, on one tree: what verify, port and the mutants all judge
+    by (port reports these words; verify's proof word is made from a fix's two runs)."""
 
     PASSES = "passes"  # the bug is not there
     BUG_PRESENT = "bug-present"  # the proof failed: the bug is there
-    ERROR = "error"  # the proof could not run (a function moved, an import failed)
+    ERROR = "error"  # the proof could not run (a function moved, an import failed, it timed out)
     NOT_RUN = "not-run"
 
 

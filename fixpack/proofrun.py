@@ -234,7 +234,7 @@ def serve() -> int:
                 code, extra = ERROR, "\nproof timed out"
             else:
                 code = os.waitstatus_to_exitcode(status)
-                code = code if code in (0, 1) else ERROR
+                code = code if code in (PASSED, BUG_PRESENT) else ERROR
             _answer(reply, rid, code, log, extra)
             del children[pid]
     return 0

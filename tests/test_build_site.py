@@ -16,7 +16,7 @@ from builders import SAMPLER
 from click.testing import CliRunner
 
 from fixpack.cli import main
-from fixpack.commands import build_site as sitebuild
+from fixpack.commands.maintain import build_site as sitebuild
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("setuptools_scm") is None, reason="vllm-gaudi's build needs setuptools-scm"

@@ -116,6 +116,23 @@ def test_the_warm_path_imports_the_standard_library_and_itself_only():
         assert not {imp.split(".")[0] for imp in GRAPH[module]} & {"click", "unidiff", "packaging", "libcst"}
 
 
+# commands/ in wings, one per audience: a maintainer's wing and the recipes' wing never import each other
+WINGS = ("fixpack.commands.maintain", "fixpack.commands.recipes")
+
+
+@pytest.mark.parametrize("wing", WINGS)
+def test_the_commands_wings_do_not_import_each_other(wing):
+    others = [w for w in WINGS if w != wing]
+    wrong = sorted(
+        f"{m} imports {imp}"
+        for m, imps in GRAPH.items()
+        if m == wing or m.startswith(wing + ".")
+        for imp in imps
+        if any(imp == o or imp.startswith(o + ".") for o in others)
+    )
+    assert not wrong, wrong
+
+
 def test_no_import_cycle():
     modules = {m: {i for i in imps if i in GRAPH and i != m} for m, imps in GRAPH.items()}
     # A package's __init__ is imported by its sub-modules implicitly; only explicit edges count.

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fixpack.commands import recipe as recipe_commands
-from fixpack.commands.vllm_parser import Probe, probe
+from fixpack.commands.recipes import recipe as recipe_commands
+from fixpack.commands.recipes.vllm_parser import Probe, probe
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPE_FILE = REPO / "recipes" / "Qwen" / "Qwen3.5-122B-A10B-FP8" / "recipe.yaml"

@@ -109,8 +109,8 @@ def verify(
     The --source trees are copied to a scratch folder and never touched. Exits 1 listing every failure
     (with --mutants, every surviving mutant not recorded as harmless).
     """
-    from ..commands.verify import junit as junit_xml
-    from ..commands.verify import verify_profile
+    from ..commands.maintain.verify import junit as junit_xml
+    from ..commands.maintain.verify import verify_profile
 
     book = catalog()
     chosen = [book.profile(p) for p in profiles] if profiles else list(book.profiles.values())
@@ -180,7 +180,7 @@ def _coverage_can_run() -> None:
 @guard(_ok_error)
 def diff(fixes: tuple[str, ...], profile: str | None, fmt: str, dist: str | None, author: str) -> int:
     """Fixes as patches for upstream: a unified diff, or an mbox that git am takes at the pinned commit."""
-    from ..commands.diff import export
+    from ..commands.maintain.diff import export
 
     text, chosen = export(catalog(), fixes, profile, fmt, dist, author)
     if not profile:
@@ -198,7 +198,7 @@ def lock(profile: str | None, sources: tuple[str, ...]) -> int:
 
     Refuses, naming the hunk, when a change no longer applies.
     """
-    from ..commands.lock import lock as run
+    from ..commands.maintain.lock import lock as run
     from ..cookbook import default_root
 
     root = default_root()
@@ -253,7 +253,7 @@ def build_site(site: Path, profile: str | None, vllm_gaudi: str, vllm_wheel: Pat
     Next:
       python3 fixes/apply_all.py --profile v0.26.0 --site SITE [OPT-IN ...]
     """
-    from ..commands.build_site import build, next_step
+    from ..commands.maintain.build_site import build, next_step
 
     book = catalog()
     prof = book.default_profile(profile)
@@ -289,7 +289,7 @@ def record(fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: 
     pristine bytes come from --source or the editable install's git HEAD. What fixpack applied
     itself is left out: the new fix holds only the edits on top.
     """
-    from ..commands.record import record as run
+    from ..commands.maintain.record import record as run
 
     book = catalog()
     done = run(book, fix_id, book.default_profile(profile).name, site, parse_sources(sources))
@@ -343,7 +343,7 @@ def port(
     needed) and with the ported changes applied (passing: the ported fix is proven). Give
     --source vllm=DIR too: the proofs run vLLM's code. Exits 0 once the report is made, conflicts or not.
     """
-    from ..commands.port import port as run
+    from ..commands.maintain.port import port as run
 
     if not fixes and not profile:
         raise UsageError("give FIX ... or --profile NAME")

@@ -33,7 +33,7 @@ def recipe() -> None:
 @guard(_error)
 def list_(as_json: bool) -> int:
     """List the recipes: slug, model, cards, fix set and file."""
-    from ..commands.recipe import recipes
+    from ..commands.recipes.recipe import recipes
 
     rows = [_summary(r) for r in recipes(catalog()).values()]
     if as_json:
@@ -93,7 +93,7 @@ def recipe_json(r: Any) -> dict[str, Any]:
 @guard(_error)
 def show(slug: str, launch: bool, fixes: bool, markdown: bool, as_json: bool) -> int:
     """Show one recipe (SLUG: its meta.slug), its launch script or its fix table."""
-    from ..commands.recipe import apply_args, fix_table, launch_script, pick, recipes
+    from ..commands.recipes.recipe import apply_args, fix_table, launch_script, pick, recipes
 
     if launch and fixes:
         raise click.UsageError("give --launch or --fixes, not both")
@@ -171,7 +171,7 @@ def check(slugs: tuple[str, ...], upstream: Path | None, as_json: bool) -> int:
     the fixes it depends on in the plan), its launch passes its own rules, each rule names a real
     variable, option and fix, and the serve arguments parse with vLLM's own parser when vLLM is
     importable (here, or the tree of FIXPACK_SRC_VLLM). Exits 1 naming each problem's file and line."""
-    from ..commands.recipe import check as run_check
+    from ..commands.recipes.recipe import check as run_check
 
     result = run_check(catalog(), slugs, upstream)
     if as_json:

@@ -8,7 +8,7 @@ from typing import Any, TextIO
 
 from ..commands.install.results import Result, StatusResult
 from ..errors import FixpackError
-from ..models import Fix, Profile
+from ..models import Fix, Profile, ProofOutcome
 
 __all__ = [
     "paint",
@@ -317,6 +317,12 @@ def mutants_human(verdicts: list[Any], per_fix: int | None) -> None:
     )
 
 
+# port's proof columns: is the bug still on the new tree, is the ported fix proven
+_STILL = {ProofOutcome.BUG_PRESENT: "bug present", ProofOutcome.PASSES: "BUG GONE", ProofOutcome.ERROR: "ERROR"}
+_PROVEN = {ProofOutcome.PASSES: "proven", ProofOutcome.BUG_PRESENT: "NOT PROVEN", ProofOutcome.ERROR: "ERROR"}
+_PORT_AS_EXPECTED = (ProofOutcome.PASSES, ProofOutcome.NOT_RUN)  # a line of detail only for the others
+
+
 def port_proofs_human(result: Any) -> None:
     """port's proofs, a line per fix: is the bug still on the new tree, is the ported fix proven."""
     if not result.proofs:
@@ -324,8 +330,8 @@ def port_proofs_human(result: Any) -> None:
     print("proofs: bug on the new tree as it is / ported fix proven")
     width = max(len(f) for f in result.proofs)
     for fix_id, proof in result.proofs.items():
-        still = {"bug-present": "bug present", "passes": "BUG GONE", "error": "ERROR"}.get(proof.pristine, "not run")
-        proven = {"passes": "proven", "bug-present": "NOT PROVEN", "error": "ERROR"}.get(proof.ported, "not run")
+        still = _STILL.get(proof.pristine, "not run")
+        proven = _PROVEN.get(proof.ported, "not run")
         print(f"  {fix_id:<{width}}  {still:<11}  {proven:<10}  {result.fix_outcome(fix_id)}")
-        if proof.pristine != "bug-present" or proof.ported not in ("passes", "not-run"):
+        if proof.pristine is not ProofOutcome.BUG_PRESENT or proof.ported not in _PORT_AS_EXPECTED:
             print(f"      {proof.detail}")

@@ -169,8 +169,8 @@ def apply(
 
 def _recipe_start(book: Any, slug: str, launch: bool, command: list[str] | None) -> tuple:
     """``--recipe SLUG``: (profile, opt-ins, gate, notes, command, environment of the command)."""
-    from ..commands import launch as starts
-    from ..commands.recipe import pick, recipes
+    from ..commands.recipes import launch as starts
+    from ..commands.recipes.recipe import pick, recipes
 
     chosen = pick(recipes(book), slug)
     env, notes = None, []

@@ -26,12 +26,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import Refused
-from ..runtime import rules as rulebook
+from ...errors import Refused
+from ...runtime import rules as rulebook
 
 if TYPE_CHECKING:  # a --profile apply imports this module: no YAML for it
-    from ..cookbook.recipes import Recipe
-    from ..models import Plan
+    from ...cookbook.recipes import Recipe
+    from ...models import Plan
 
 __all__ = ["Gate", "serve_words", "differences", "for_exec", "for_launch", "for_apply"]
 

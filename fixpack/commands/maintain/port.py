@@ -26,29 +26,26 @@ profile in which a maintainer only has to resolve the fixes left commented out.
 from __future__ import annotations
 
 import subprocess
-import tempfile
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..cookbook.catalog import Catalog
-from ..cookbook.fix_module import release_table, rendered_patch_name, transforms_file
-from ..cookbook.profiles import draft_profile
-from ..core import patch as diff
-from ..core import rebuild
-from ..core.fingerprint import of
-from ..core.plan import chains as pack_chains
-from ..errors import UsageError
-from ..models import Change, Fingerprint, Fix, PortOutcome, Profile, ProofState
-from ..proofkit import BUG_PRESENT, PASSED
-from ..proofrun import ProofRun, run_proof, start_server, threads_per_proof
-from ..site.commits import from_version_py
+from ...cookbook.catalog import Catalog
+from ...cookbook.fix_module import release_table, rendered_patch_name, transforms_file
+from ...cookbook.profiles import draft_profile
+from ...core import patch as diff
+from ...core import rebuild
+from ...core.fingerprint import of
+from ...core.plan import chains as pack_chains
+from ...errors import UsageError
+from ...models import Change, Fingerprint, Fix, PortOutcome, Profile, ProofOutcome
+from ...site.commits import from_version_py
 from . import lock
-from .trees import copy_trees, link_trees, proof_trees, put, tail
+from .proofs import ProofPair, ProofPool, warm_up
+from .trees import Scratch
 
 if TYPE_CHECKING:  # libcst loads only when a transform runs
-    from ..transforms import Transform
+    from ...transforms import Transform
 
 __all__ = ["ChangeReport", "FixProof", "PortReport", "port"]
 
@@ -79,8 +76,8 @@ class ChangeReport:
 class FixProof:
     """A fix's proof on the new tree as it is (``pristine``) and with the ported pack (``ported``)."""
 
-    pristine: ProofState
-    ported: ProofState
+    pristine: ProofOutcome
+    ported: ProofOutcome
     detail: str = ""
 
     def to_json(self) -> dict[str, str]:
@@ -111,7 +108,7 @@ class PortReport:
         """``applies``, except fixed-upstream when the proof passes on the new tree without the fix."""
         outcome = self.applies(fix_id)
         proof = self.proofs.get(fix_id)
-        if outcome != "upstream" and proof is not None and proof.pristine == ProofState.PASSES:
+        if outcome != "upstream" and proof is not None and proof.pristine is ProofOutcome.PASSES:
             return "fixed-upstream"
         return outcome
 
@@ -178,8 +175,9 @@ def _try(change: Change, before: bytes | None, transform: Transform | None) -> t
     """One change on the bytes the chain has reached: its report and the bytes after it (``before`` if none)."""
     fix, path = change.fix_id, change.path
     locked = change.fingerprint is not None and of(before) == change.fingerprint.before
+    after: bytes | None
     if transform is not None:
-        from ..transforms import CstFailed
+        from ...transforms import CstFailed
 
         try:
             after = transform.apply(before)
@@ -251,7 +249,7 @@ def port(
     for fix in fixes:
         spec = transforms_file(Path(fix.source), from_release)
         if spec is not None:
-            from ..transforms import load_transforms
+            from ...transforms import load_transforms
 
             transforms.update({(fix.id, t.path): t for t in load_transforms(spec)})
     reports: list[ChangeReport] = []
@@ -286,56 +284,37 @@ def _prove(
 ) -> None:
     """Each fix's proof on copies of the new trees: as they are, and with ``ported`` written in."""
     if not any(f.proof.script for f in fixes):
-        result.proofs = {f.id: FixProof(ProofState.NOT_RUN, ProofState.NOT_RUN, "no proof") for f in fixes}
+        result.proofs = {f.id: _judge(None, result.applies(f.id)) for f in fixes}
         return
     result.notes += _tree_notes(profile, sources)
-    with tempfile.TemporaryDirectory(prefix="fixpack-port-") as tmp:
-        start_server()
-        pristine = copy_trees(sources, profile, Path(tmp) / "pristine")
-        roots = link_trees(pristine, Path(tmp) / "ported")
+    warm_up(fixes)
+    with Scratch(sources, profile, "fixpack-port-", changed="ported") as scratch:
         for path, content in ported.items():
-            pin = profile.pin_for_path(path)
-            assert pin is not None
-            put(roots[pin.dist] / path, content)
-        trees = {"pristine": proof_trees(profile, pristine), "ported": proof_trees(profile, roots)}
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            runs = {
-                (fix.id, which): pool.submit(
-                    run_proof, Path(fix.proof.script), trees[which], threads=threads_per_proof(jobs)
-                )
-                for fix in fixes
-                if fix.proof.script
-                for which in ("pristine", "ported")
-                if which == "pristine" or result.applies(fix.id) == "ported"
-            }
-            result.proofs = {fix.id: _judge(fix.id, result.applies(fix.id), runs) for fix in fixes}
+            scratch.put(path, content)
+        with ProofPool(jobs) as pool:
+            unported = {f.id for f in fixes if result.applies(f.id) != "ported"}
+            runs = pool.pairs(fixes, scratch.trees(scratch.pristine), scratch.trees(scratch.changed),
+                              before_only=unported)
+    result.proofs = {fix.id: _judge(runs.get(fix.id), result.applies(fix.id)) for fix in fixes}
 
 
-def _state(run: ProofRun) -> ProofState:
-    return {PASSED: ProofState.PASSES, BUG_PRESENT: ProofState.BUG_PRESENT}.get(run.code, ProofState.ERROR)
-
-
-def _judge(fix_id: str, applies: str, runs: dict[tuple[str, str], Future[ProofRun]]) -> FixProof:
-    if (fix_id, "pristine") not in runs:
-        return FixProof(ProofState.NOT_RUN, ProofState.NOT_RUN, "no proof")
-    before = runs[(fix_id, "pristine")].result()
-    pristine = _state(before)
+def _judge(runs: ProofPair | None, applies: str) -> FixProof:
+    if runs is None:
+        return FixProof(ProofOutcome.NOT_RUN, ProofOutcome.NOT_RUN, "no proof")
+    before, after = runs.before, runs.after
     said = {
-        ProofState.PASSES: "on the new tree without the fix the proof passes: the bug is gone there",
-        ProofState.BUG_PRESENT: f"on the new tree: {tail(before.output, 1)}",
-        ProofState.ERROR: f"on the new tree the proof errors: {tail(before.output, 3)}",
+        ProofOutcome.PASSES: "on the new tree without the fix the proof passes: the bug is gone there",
+        ProofOutcome.BUG_PRESENT: f"on the new tree: {before.tail(1)}",
+        ProofOutcome.ERROR: f"on the new tree the proof errors: {before.tail(3)}",
     }
-    detail = [said[pristine]]
-    if (fix_id, "ported") not in runs:
+    detail = [said[before.outcome]]
+    if after.outcome is ProofOutcome.NOT_RUN:
         detail.append(f"not run with the fix: it does not port ({applies})")
-        return FixProof(pristine, ProofState.NOT_RUN, "; ".join(detail))
-    after = runs[(fix_id, "ported")].result()
-    ported = _state(after)
-    if ported == ProofState.BUG_PRESENT:
-        detail.append(f"with the ported pack the proof still fails: {tail(after.output, 1)}")
-    elif ported == ProofState.ERROR:
-        detail.append(f"with the ported pack the proof errors: {tail(after.output, 3)}")
-    return FixProof(pristine, ported, "; ".join(detail))
+    elif after.outcome is ProofOutcome.BUG_PRESENT:
+        detail.append(f"with the ported pack the proof still fails: {after.tail(1)}")
+    elif after.outcome is ProofOutcome.ERROR:
+        detail.append(f"with the ported pack the proof errors: {after.tail(3)}")
+    return FixProof(before.outcome, after.outcome, "; ".join(detail))
 
 
 def _tree_notes(profile: Profile, sources: dict[str, Path]) -> list[str]:

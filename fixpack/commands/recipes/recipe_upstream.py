@@ -11,9 +11,9 @@ from typing import Any
 
 import yaml
 
-from ..cookbook.recipes import Recipe
-from ..errors import UsageError
-from ..runtime.rules import options
+from ...cookbook.recipes import Recipe
+from ...errors import UsageError
+from ...runtime.rules import options
 
 __all__ = ["cross_check", "Problem"]
 

@@ -44,9 +44,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from ..cookbook.tomlfile import tomllib
-from ..errors import EnvironmentProblem, UsageError
-from ..models import Profile
+from ...cookbook.tomlfile import tomllib
+from ...errors import EnvironmentProblem, UsageError
+from ...models import Profile
 
 # PEP 518: a project without a [build-system] table is built with setuptools (pip's default).
 DEFAULT_REQUIRES = ("setuptools>=40.8.0",)

@@ -16,13 +16,13 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cookbook.catalog import Catalog
-from ..cookbook.recipes import Recipe, load_recipes
-from ..core.names import suggest
-from ..core.plan import resolve
-from ..errors import FixpackError, UsageError
-from ..models import Plan
-from ..runtime import rules as rulebook
+from ...cookbook.catalog import Catalog
+from ...cookbook.recipes import Recipe, load_recipes
+from ...core.names import suggest
+from ...core.plan import resolve
+from ...errors import FixpackError, UsageError
+from ...models import Plan
+from ...runtime import rules as rulebook
 from .recipe_upstream import cross_check
 from .vllm_parser import Probe, probe
 

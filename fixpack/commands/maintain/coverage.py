@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..cookbook.catalog import Catalog
-from ..core import patch, rebuild
-from ..core.mutants import Target, added_lines
-from ..models import Profile
-from .mutate import pack_files
+from ...cookbook.catalog import Catalog
+from ...core import patch
+from ...core.mutants import added_lines
+from ...models import Profile
+from .trees import Pack, Scratch
 
 __all__ = ["FixCoverage", "Line", "fix_lines", "measured", "rcfile"]
 
@@ -84,27 +84,20 @@ def _final_rows(after: bytes | None, final: bytes | None) -> dict[int, int]:
     return {a + k + 1: b + k + 1 for a, b, size in matcher.get_matching_blocks() for k in range(size)}
 
 
-def fix_lines(catalog: Catalog, profile: Profile, pristine_roots: dict[str, Path],
-              patched_roots: dict[str, Path]) -> dict[str, list[Line]]:
-    """Every line each fix of the pack adds to a Python file, placed in the whole-pack file."""
-    files = pack_files([catalog.fixes[f] for f in profile.pack], profile, pristine_roots)
+def fix_lines(catalog: Catalog, profile: Profile, pack: Pack, scratch: Scratch) -> dict[str, list[Line]]:
+    """Every line each fix of the pack adds to a Python file, placed in the whole-pack file (in
+    ``scratch``'s patched tree)."""
     out: dict[str, list[Line]] = {}
     for fid in profile.pack:
-        targets, rows = [], {}
-        for change in catalog.fixes[fid].changes[profile.release]:
-            if change.path not in files:  # the pack does not apply there: verify says so already
-                break
-            chain, contents = files[change.path]
-            i = next(n for n, c in enumerate(chain) if c.fix_id == fid)
-            targets.append(Target(rebuild.parsed(change), contents[i]))
-            rows[change.path] = _final_rows(contents[i + 1], contents[-1])
-        else:
-            out[fid] = []
-            for lid, path, row in added_lines(targets):
-                pin = profile.pin_for_path(path)
-                if path.endswith(".py") and row in rows[path] and pin is not None:
-                    file = os.path.realpath(patched_roots[pin.dist] / path)
-                    out[fid].append(Line(lid, path, rows[path][row], file))
+        steps = pack.steps(catalog.fixes[fid])
+        if steps is None:  # the pack does not apply there: verify says so already
+            continue
+        rows = {s.change.path: _final_rows(s.after, s.final) for s in steps}
+        out[fid] = []
+        for lid, path, row in added_lines([s.target for s in steps]):
+            if path.endswith(".py") and row in rows[path]:
+                file = os.path.realpath(scratch.file(scratch.changed, path))
+                out[fid].append(Line(lid, path, rows[path][row], file))
     return out
 
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import format_datetime
 
-from .. import __version__
-from ..cookbook.catalog import Catalog
-from ..core.plan import resolve, restrict
-from ..errors import UsageError
-from ..models import Fix, Plan, Profile
+from ... import __version__
+from ...cookbook.catalog import Catalog
+from ...core.plan import resolve, restrict
+from ...errors import UsageError
+from ...models import Fix, Plan, Profile
 
 __all__ = ["Message", "messages", "unified", "mbox", "upstream_status", "export"]
 

@@ -9,23 +9,20 @@ collected, not just the first.
 
 from __future__ import annotations
 
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cookbook.catalog import Catalog
-from ..core import patch, rebuild
-from ..core.fingerprint import sha256
-from ..core.plan import chains
-from ..errors import FixpackError, Refused
-from ..models import Fix, Profile, ProofVerdict
-from ..proofkit import BUG_PRESENT, PASSED
-from ..proofrun import run_proof, start_server, threads_per_proof
+from ...cookbook.catalog import Catalog
+from ...core import patch, rebuild
+from ...core.fingerprint import sha256
+from ...core.plan import chains
+from ...errors import FixpackError, Refused
+from ...models import Fix, Profile, ProofOutcome
 from . import lock
-from .mutate import FixMutants, mutate
-from .proofcover import FixCoverage, fix_lines, measured, rcfile
-from .trees import copy_trees, link_trees, proof_trees, put, tail
+from .coverage import FixCoverage, fix_lines, measured, rcfile
+from .mutants import FixMutants, mutate
+from .proofs import ProofPair, ProofPool, warm_up
+from .trees import Pack, Scratch
 
 __all__ = ["FixVerdict", "verify_profile", "junit"]
 
@@ -38,7 +35,8 @@ class FixVerdict:
     applies: bool = True
     compiles: bool = True
     reverts: bool = True
-    proof: ProofVerdict = ProofVerdict.NONE
+    level: str = "none"  # the proof level fix.toml claims
+    runs: ProofPair | None = None  # its proof's runs, when it has a proof and it was run
     failures: list[str] = field(default_factory=list)
     mutants: FixMutants | None = None  # with --mutants
     coverage: FixCoverage | None = None  # with --coverage
@@ -46,6 +44,21 @@ class FixVerdict:
     @property
     def ok(self) -> bool:
         return not self.failures
+
+    @property
+    def proven(self) -> bool:
+        """Its proof fails on the pristine tree and passes on the patched one."""
+        return self.runs is not None and self.runs.holds
+
+    @property
+    def proof(self) -> str:
+        """The word ``verify --json`` reports: demonstrated or partial (as fix.toml claims) when the
+        proof holds, failed when it ran and does not, none when it did not run."""
+        if self.runs is None:
+            return "none"
+        if not self.proven:
+            return "failed"
+        return "partial" if self.level == "partial" else "demonstrated"
 
     def fail(self, what: str) -> None:
         self.failures.append(what)
@@ -74,17 +87,17 @@ def verify_profile(
     per_fix: int | None = 8, coverage: bool = False, only: frozenset[str] | None = None,
 ) -> list[FixVerdict]:
     """Every check of every fix of the profile; with ``mutants``, also up to ``per_fix`` mutants
-    (None: all) of each fix whose proof holds (see ``mutate``), a survivor not recorded as harmless a failure;
+    (None: all) of each fix whose proof holds (see ``mutants``), a survivor not recorded as harmless a failure;
     with ``coverage``, the lines each fix adds that its proof runs on the patched tree (see
-    ``proofcover``), an unrun one not declared unreachable a failure.
+    ``coverage``), an unrun one not declared unreachable a failure.
 
     ``only``: the proofs, coverage and mutants of these fixes alone. The whole pack is still locked,
     applied, compiled and reverted (the proofs run on it), and a fix left out is still reported
     when one of those checks fails on it."""
     checked = [fid for fid in profile.pack if only is None or fid in only]
-    if any(catalog.fixes[fid].proof.script for fid in checked):
-        start_server()
-    verdicts = {fid: FixVerdict(fid, profile.release, profile.name) for fid in profile.pack}
+    warm_up(catalog.fixes[fid] for fid in checked)
+    verdicts = {fid: FixVerdict(fid, profile.release, profile.name, level=catalog.fixes[fid].proof.level)
+                for fid in profile.pack}
     for fid in profile.pack:
         verdicts[fid].failures += _metadata_failures(catalog.fixes[fid])
     # Fingerprints: what lock would write now must equal what is locked.
@@ -103,59 +116,38 @@ def verify_profile(
             elif change.fingerprint != files.get(change.path):
                 verdicts[fid].fail(f"{change.path}: locked fingerprints do not match the source (run fixpack lock)")
 
-    with tempfile.TemporaryDirectory(prefix="fixpack-verify-") as tmp:
-        pristine_roots = copy_trees(sources, profile, Path(tmp) / "pristine")
-        patched_roots = link_trees(pristine_roots, Path(tmp) / "patched")  # patched files are put() apart
-        _apply_and_revert(catalog, profile, patched_roots, verdicts)
-        trees = {
-            "pristine": proof_trees(profile, pristine_roots),
-            "patched": proof_trees(profile, patched_roots),
-        }
-        threads = threads_per_proof(jobs)
-        lines = fix_lines(catalog, profile, pristine_roots, patched_roots) if coverage else {}
+    with Scratch(sources, profile, "fixpack-verify-") as scratch:
+        _apply_and_revert(catalog, profile, scratch, verdicts)
+        pack = Pack([catalog.fixes[f] for f in profile.pack], scratch) if coverage or mutants else None
+        lines = fix_lines(catalog, profile, pack, scratch) if pack is not None and coverage else {}
         lines = {fid: found for fid, found in lines.items() if fid in checked}
         include = sorted({ln.file for fl in lines.values() for ln in fl})
-        data_dirs = {fid: Path(tmp) / "coverage" / fid for fid in lines}
-
+        data_dirs = {fid: scratch.root / "coverage" / fid for fid in lines}
         rcs = {fid: rcfile(data_dirs[fid], include) for fid in data_dirs}
-
-        def measure(fid: str, which: str) -> str | None:
-            return rcs.get(fid) if which == "patched" else None
-
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            runs = {
-                (fid, which): pool.submit(run_proof, Path(fix.proof.script), trees[which], threads=threads,
-                                          coverage=measure(fid, which))
-                for fid in checked
-                if (fix := catalog.fixes[fid]).proof.script
-                for which in ("pristine", "patched")
-            }
-            for fid in checked:
-                _judge_proof(catalog.fixes[fid], verdicts[fid], runs)
+        with ProofPool(jobs) as pool:
+            runs = pool.pairs([catalog.fixes[f] for f in checked], scratch.trees(scratch.pristine),
+                              scratch.trees(scratch.changed), measure=rcs)
+        for fid in checked:
+            _judge_proof(catalog.fixes[fid], verdicts[fid], runs.get(fid))
         for fid, fl in lines.items():
             fix = catalog.fixes[fid]
             report = measured(fid, fl, data_dirs[fid], dict(fix.proof.unreachable))
             verdicts[fid].coverage = report
             verdicts[fid].failures += report.failures()
-        if mutants:
-            proven = [f for f in checked if verdicts[f].proof in (ProofVerdict.DEMONSTRATED, ProofVerdict.PARTIAL)]
-            scratch = Path(tmp) / "mutants"
-            found = mutate(catalog, profile, pristine_roots, patched_roots, proven, per_fix, scratch, jobs)
+        if pack is not None and mutants:
+            proven = [f for f in checked if verdicts[f].proven]
+            found = mutate(catalog, profile, pack, scratch, proven, per_fix, jobs)
             for fid in checked:
-                report = found[fid]
-                verdicts[fid].mutants = report
-                verdicts[fid].failures += [f"mutant {r.id} survives: {r.description}" for r in report.survivors]
+                survived = found[fid]
+                verdicts[fid].mutants = survived
+                verdicts[fid].failures += [f"mutant {r.id} survives: {r.description}" for r in survived.survivors]
     return [v for fid, v in verdicts.items() if fid in checked or v.failures]
 
 
-def _apply_and_revert(
-    catalog: Catalog, profile: Profile, roots: dict[str, Path], verdicts: dict[str, FixVerdict]
-) -> None:
+def _apply_and_revert(catalog: Catalog, profile: Profile, scratch: Scratch, verdicts: dict[str, FixVerdict]) -> None:
     """Apply the whole pack to the scratch tree, check it compiles and that reversing it is exact."""
     for path, chain in chains((catalog.fixes[f] for f in profile.pack), profile.release).items():
-        pin = profile.pin_for_path(path)
-        assert pin is not None
-        target = roots[pin.dist] / path
+        target = scratch.file(scratch.pristine, path)
         pristine = target.read_bytes() if target.exists() else None
         try:
             patched = rebuild.build(pristine, chain)
@@ -176,26 +168,23 @@ def _apply_and_revert(
             for change in chain:
                 verdicts[change.fix_id].reverts = False
                 verdicts[change.fix_id].fail(f"{path}: reverting the pack does not give the pristine bytes")
-        put(target, patched)
+        scratch.put(path, patched)
 
 
-def _judge_proof(fix: Fix, verdict: FixVerdict, runs: dict) -> None:
+def _judge_proof(fix: Fix, verdict: FixVerdict, runs: ProofPair | None) -> None:
+    verdict.runs = runs
     if not fix.proof.script:
-        verdict.proof = ProofVerdict.NONE
         if fix.proof.level != "none":
             verdict.fail("proof: fix.toml claims a proof but has no proof.py")
         return
-    pristine, patched = runs[(fix.id, "pristine")].result(), runs[(fix.id, "patched")].result()
-    if pristine.code == BUG_PRESENT and patched.code == PASSED:
-        verdict.proof = ProofVerdict.PARTIAL if fix.proof.level == "partial" else ProofVerdict.DEMONSTRATED
-        return
-    verdict.proof = ProofVerdict.FAILED
-    if pristine.code != BUG_PRESENT:
-        what = "passes" if pristine.code == PASSED else "errors"
-        verdict.fail(f"proof {what} on the pristine tree (it must fail there): {tail(pristine.output)}")
-    if patched.code != PASSED:
-        what = "fails" if patched.code == BUG_PRESENT else "errors"
-        verdict.fail(f"proof {what} on the patched tree: {tail(patched.output)}")
+    assert runs is not None  # every checked fix with a proof was run
+    before, after = runs.before, runs.after
+    if before.outcome is not ProofOutcome.BUG_PRESENT:
+        what = "passes" if before.outcome is ProofOutcome.PASSES else "errors"
+        verdict.fail(f"proof {what} on the pristine tree (it must fail there): {before.tail()}")
+    if after.outcome is not ProofOutcome.PASSES:
+        what = "fails" if after.outcome is ProofOutcome.BUG_PRESENT else "errors"
+        verdict.fail(f"proof {what} on the patched tree: {after.tail()}")
 
 
 def junit(verdicts: list[FixVerdict]) -> str:
