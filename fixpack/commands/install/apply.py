@@ -14,13 +14,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ...cookbook.catalog import Catalog
 from ...core.names import suggest
 from ...core.plan import resolve
 from ...errors import Refused, UsageError
-from ...models import Action
+from ...models import Action, Plan
 from ...site.manifest import Manifest
 from ...site.warm import exec_command
 from .pin import expectation, pinned, refuse_unexpected
@@ -41,10 +41,20 @@ from .pipeline import (
 from .results import FixResult, Result
 from .stamping import Invocation, warm_stamp
 
-if TYPE_CHECKING:
-    from ..recipes.launch import Gate
+__all__ = ["ApplyRequest", "Gate", "apply", "exec_command"]
 
-__all__ = ["ApplyRequest", "apply", "exec_command"]  # exec_command: what --exec runs once applied
+
+class Gate(Protocol):
+    """What an apply asks of a recipe (``fixpack.commands.recipes.launch.Gate``): its rules judged
+    on the plan, and what the manifest keeps of it."""
+
+    def judge(self, plan: Plan) -> list[str]:
+        """The notes to print; Refused, before anything is written, for a refusing rule."""
+        ...
+
+    def record(self) -> tuple[str, tuple[dict, ...]]:
+        """The recipe's slug and its rules on the environment alone."""
+        ...  # exec_command: what --exec runs once applied
 
 
 @dataclass(frozen=True)
