@@ -384,6 +384,99 @@ def test_mbox_mail_and_signature_are_skipped():
     assert fd.hunks[0].old == ("a\n", "b\n", "- \n")
 
 
+# The adapter's duties over unidiff (fixpack/core/patch/parse.py lists them, with these tests).
+
+
+class _Mute(unidiff.UnidiffParseError):
+    """unidiff's error without its message: the adapter must not need it."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__("")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (GOOD[: GOOD.index("+B")], "truncated"),
+        (GOOD.replace("@@ -1,3 +1,3 @@", "@@ -1,4 +1,4 @@")[:-1], "mid-line"),
+        (HEAD + "--- a/m.py\n+++ b/m.py\n@@ -1 +1,2 @@\n-a\n-b\n+c\n+d\n", "more lines"),  # -b: 2 old lines
+        (GOOD.replace(" c\n", "?c\n"), "not a hunk line"),
+        ("@@ -1 +1 @@\n-a\n+b\n", "without a file header"),
+        (GOOD + "note\n@@ -9 +9 @@\n-x\n+y\n", "after text"),
+        (GOOD + " x\n@@ -9 +9 @@\n-x\n+y\n", "more lines"),
+        ("+++ b/m.py\n@@ -1 +1 @@\n-a\n+b\n", "does not follow its file's --- line"),
+        (HEAD + "--- a/m.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n", "does not follow its file's --- line"),
+        (HEAD + "new file mode 100644\n\\ No newline at end of file\n", "no file or hunk"),
+    ],
+)
+def test_unidiff_refusals_are_told_from_the_line_where_it_stopped(monkeypatch, text: str, message: str):
+    with pytest.raises(unidiff.UnidiffParseError):
+        unidiff.PatchSet(text)
+    monkeypatch.setattr(unidiff.patch, "UnidiffParseError", _Mute)
+    with pytest.raises(PatchError, match=message):
+        patch.parse(text)
+
+
+def test_a_files_names_must_agree():
+    with pytest.raises(PatchError, match="inconsistent names"):  # unidiff checks the +++ name only
+        patch.parse(HEAD + "--- a/x.py\n+++ b/m.py\n@@ -1 +1 @@\n-a\n+b\n")
+    (raw,) = unidiff.PatchSet("diff --git a/m.py /dev/null\n")
+    assert raw.is_removed_file  # unidiff takes the header's name for git's deleted file mode
+    with pytest.raises(PatchError, match="names /dev/null"):
+        patch.parse("diff --git a/m.py /dev/null\n")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (HEAD + "index 1234567..89abcde 100644\nnote\n--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-a\n+b\n", "after text"),
+        (HEAD + "note\nnew file mode 100644\n", "after text that ends the git header"),
+        ("--- a/m.py\nnote\n+++ b/m.py\n@@ -1 +1 @@\n-a\n+b\n", "does not follow its file's --- line"),
+        (GOOD + "\n@@ -9 +9 @@\n-x\n+y\n", "after text"),
+        (GOOD + "-x\n", "more lines"),
+        (GOOD.replace("@@ -1,3 +1,3 @@", "@@ -1,3 +1,3"), "bad header"),  # no closing @@
+    ],
+)
+def test_lines_unidiff_passes_over_are_accounted_for(text: str, message: str):
+    unidiff.PatchSet(text)  # reads without an error: these lines are text or header to it
+    with pytest.raises(PatchError, match=message):
+        patch.parse(text)
+
+
+@pytest.mark.parametrize(
+    "hunk, message",
+    [
+        ("@@ -1,3 +1,3 @@\n a\n-b\n+B\n\r\n", "not a hunk line"),  # unidiff: a blank context line
+        ("@@ -1,3 +1,3 @@\n a\n\\ x\n-b\n+B\n c\n", "stray"),  # git's marker is 12 characters or more
+        ("@@ -1 +1 @@\n\\ No newline at end of file\n-a\n+b\n", "stray"),
+        ("@@ -1 +1 @@\n-a\n\\ No newline at end of file\n\\ No newline at end of file\n+b\n", "two 'No newline'"),
+        ("@@ -1,2 +1,2 @@\n-a\n\\ No newline at end of file\n-b\n+c\n+d\n", "after 'No newline"),
+        ("@@ -1 +1 @@\n-a\n+b", "mid-line"),
+    ],
+)
+def test_hunk_lines_are_read_as_git_reads_them(hunk: str, message: str):
+    text = HEAD + "--- a/m.py\n+++ b/m.py\n" + hunk
+    unidiff.PatchSet(text)
+    with pytest.raises(PatchError, match=message):
+        patch.parse(text)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (HEAD + "index 1234567..89abcde 100644\n@@ -1 +1 @@\n-a\n+b\n", "hunks without ---/\\+\\+\\+ lines"),
+        (HEAD + "--- a/m.py\n+++ b/m.py\n", "but no hunk"),
+        (HEAD + "index 1234567..89abcde 100644\n", "no change"),
+        (HEAD + "new file mode 100644\n--- /dev/null\n+++ b/m.py\n@@ -1 +1 @@\n-a\n+b\n", "creates the file but"),
+        (HEAD + "deleted file mode 100644\n--- a/m.py\n+++ /dev/null\n@@ -1 +1 @@\n-a\n+b\n", "deletes the file but"),
+        (GOOD + GOOD, "twice"),
+    ],
+)
+def test_a_files_hunks_must_agree_with_its_header(text: str, message: str):
+    with pytest.raises(PatchError, match=message):
+        patch.parse(text)
+
+
 def test_an_empty_context_line_counts_as_context():
     stripped = GOOD.replace(" a\n", "\n")
     assert patch.apply(one(stripped), b"\nb\nc\n") == b"\nB\nc\n"

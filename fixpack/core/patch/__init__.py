@@ -1,4 +1,5 @@
-"""A git-exact unified-diff engine: parse, apply (and reverse), render. Standard library only."""
+"""A git-exact unified-diff engine: parse (unidiff reads the patch, parse.py adapts it), apply (and
+reverse) and render, these two with the standard library only."""
 
 from __future__ import annotations
 
