@@ -25,7 +25,7 @@ MODEL_TIMEOUT = 300
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if Path(str(item.fspath)).resolve().parent == HERE:
+        if "serve_env" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.serve)
 
 
