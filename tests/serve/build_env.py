@@ -267,7 +267,10 @@ def requirements(wheel: Path, gaudi: Path) -> list[str]:
             continue
         req.marker = None
         out.append(TORCH_PINS.get(req.name, str(req)))
-    from tomllib import loads
+    try:
+        from tomllib import loads
+    except ModuleNotFoundError:  # Python 3.10: fixpack's requirements bring tomli
+        from tomli import loads
 
     build = loads((gaudi / "pyproject.toml").read_text())["build-system"]["requires"]
     lines = (REPO / "requirements.txt").read_text().splitlines()
