@@ -170,7 +170,7 @@ def load_upstream(table: dict, where: Path) -> Upstream:
         raise invalid(where, "upstream.ref is the old form's: give forwarded, bug, origin or applied-upstream")
     origin = _ref(table, "origin", where, _URL, _ISSUE, _COMMIT)
     applied = _ref(table, "applied-upstream", where, _URL, _ISSUE, _COMMIT)
-    if "forwarded" not in table and not (origin or applied):
+    if "forwarded" not in table and not origin:  # a backport's is "not-needed", as DEP-3 implies
         raise invalid(where, "[upstream] needs forwarded: a URL or owner/repo#N, \"no\", or \"not-needed\"")
     forwarded = _text(table, "forwarded", where, "not-needed").strip()
     if forwarded not in ("no", "not-needed") and not (_URL.match(forwarded) or _ISSUE.match(forwarded)):
