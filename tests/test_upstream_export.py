@@ -345,9 +345,11 @@ def test_real_mbox_applies_onto_a_clean_v0_26_0_checkout(tmp_path):
     if not (src / ".git").exists():
         pytest.skip(f"FIXPACK_SRC_VLLM_GAUDI={src} is not a git clone (it has no .git)")
     args = ["diff", "--profile", "v0.26.0", "gdn-prefix-cache", "fp8-moe-gather", "--format", "mbox"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("FIXPACK_COOKBOOK", None)  # the repository's own pack
     done = subprocess.run(
         [sys.executable, "-m", "fixpack", *args, "--signoff", "--author", AUTHOR],
-        capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300,
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     messages = re.split(r"(?m)^(?=From 0{40} )", done.stdout)[1:]
