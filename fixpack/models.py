@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "PROOF_LEVELS",
     "UPSTREAM_STATUSES",
+    "SUBJECT_MAX",
     "Word",
     "Action",
     "FileState",
@@ -16,6 +17,7 @@ __all__ = [
     "Fingerprint",
     "Change",
     "Upstream",
+    "upstream_status",
     "Proof",
     "Fix",
     "Pin",
@@ -27,6 +29,7 @@ __all__ = [
 
 PROOF_LEVELS = ("demonstrated", "partial", "none")
 UPSTREAM_STATUSES = ("pending", "submitted", "backport", "inappropriate", "upstream")
+SUBJECT_MAX = 72  # git's limit for a commit subject; upstream squash-merges a PR as "Title (#NNNN)"
 
 
 class Word(str, enum.Enum):
@@ -105,9 +108,30 @@ class Change:
 
 @dataclass(frozen=True, slots=True)
 class Upstream:
+    """Where a fix stands upstream, as DEP-3 (Debian's patch tagging guidelines) records it.
+
+    ``status`` is one of UPSTREAM_STATUSES, derived from the fields (see :func:`upstream_status`)
+    or, in a fix.toml of the old form, as written there with its free-text ``ref``."""
+
     status: str
-    ref: str = ""
-    note: str = ""
+    ref: str = ""  # the old form's reference, free text (the new form's fields replace it)
+    note: str = ""  # for the cookbook's maintainers; the reason, when forwarded is "not-needed"
+    forwarded: str = ""  # a URL or owner/repo#N where it was sent, "no", or "not-needed"
+    bug: tuple[str, ...] = ()  # upstream bug reports: URLs or owner/repo#N
+    applied_upstream: str = ""  # the upstream commit or PR that has it
+    origin: str = ""  # for a backport: the upstream commit or PR it comes from
+    regressed_in: str = ""  # the release that lost an earlier upstream fix of the same bug
+
+
+def upstream_status(forwarded: str, applied_upstream: str = "", origin: str = "") -> str:
+    """The word of UPSTREAM_STATUSES that the DEP-3 fields amount to."""
+    if applied_upstream:
+        return "upstream"
+    if origin:
+        return "backport"
+    if forwarded == "not-needed":
+        return "inappropriate"
+    return "pending" if forwarded in ("", "no") else "submitted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +157,12 @@ class Fix:
     changes: dict[str, tuple[Change, ...]] = field(default_factory=dict)  # release -> changes
     source: str = ""  # the fix's directory, for messages
     supersedes: tuple[str, ...] = ()  # fixes this (opt-in) one replaces: dropped from a plan that has it
+    subject: str = ""  # the upstream commit subject and PR title, when the title does not fit one
+
+    @property
+    def upstream_subject(self) -> str:
+        """The subject line of this fix's upstream commit: ``subject``, else the title."""
+        return self.subject or self.title
 
     @property
     def releases(self) -> tuple[str, ...]:

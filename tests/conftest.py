@@ -18,6 +18,21 @@ sys.dont_write_bytecode = True
 
 from builders import PRISTINE, Cookbook, Site, make_site  # noqa: E402
 
+# git's identity, as fixpack diff reads it (user.name and user.email), is the same whatever the
+# caller's ~/.gitconfig holds: a file of the tests' own instead of it, and none of git's variables.
+GIT_IDENTITY = ("fixpack tests", "tests@fixpack.invalid")
+
+
+@pytest.fixture(autouse=True)
+def git_identity(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    config = tmp_path_factory.getbasetemp() / "gitconfig"
+    if not config.exists():
+        config.write_text(f"[user]\n\tname = {GIT_IDENTITY[0]}\n\temail = {GIT_IDENTITY[1]}\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    for var in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
+        monkeypatch.delenv(var, raising=False)
+    return config
+
 
 @pytest.fixture
 def pristine_sources(tmp_path: Path) -> dict[str, Path]:

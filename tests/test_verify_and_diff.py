@@ -135,7 +135,7 @@ def test_mbox_applies_with_git_am_and_gives_apply_bytes(cli, cookbook, tmp_path)
             assert log.splitlines()[:2] == ["Fix runner-b", "Return 55 from f5"]
             assert f"base-commit: {GAUDI_COMMIT}" in r.stdout
             assert "[PATCH 1/2] Return 55 from f5" in r.stdout
-            assert "Upstream-Status: Pending" in r.stdout
+            assert "\n---\n" in r.stdout and "\nForwarded: no\n" in r.stdout.split("\n---\n", 1)[1]
 
 
 def test_unified_diff_applies_with_patch(cli, cookbook, tmp_path):

@@ -174,18 +174,38 @@ def _coverage_can_run() -> None:
 @click.command()
 @click.argument("fixes", nargs=-1, metavar="[FIX ...]")
 @click.option("--profile", metavar="NAME", help="Export the plan that apply --profile NAME [FIX ...] resolves.")
-@click.option("--format", "fmt", type=click.Choice(["unified", "mbox"]), default="unified", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["unified", "mbox", "pr"]),
+    default="unified",
+    show_default=True,
+    help="unified: a diff for git apply; mbox: one commit per fix for git am; pr: each fix's PR title and body.",
+)
 @click.option("--dist", metavar="NAME", help="Only the changes to this distribution (e.g. vllm-gaudi).")
-@click.option("--author", default="", help="From: of mbox messages (default: fixpack <fixpack@localhost>).")
+@click.option(
+    "--author",
+    default="",
+    metavar="'NAME <EMAIL>'",
+    help="From: of mbox messages (default: git's author identity, GIT_AUTHOR_NAME/EMAIL or user.name/email).",
+)
+@click.option(
+    "--signoff",
+    is_flag=True,
+    help="End each mbox message with Signed-off-by: the author (--author, else git's identity; it must be one).",
+)
 @guard(_ok_error)
-def diff(fixes: tuple[str, ...], profile: str | None, fmt: str, dist: str | None, author: str) -> int:
-    """Fixes as patches for upstream: a unified diff, or an mbox that git am takes at the pinned commit."""
+def diff(fixes: tuple[str, ...], profile: str | None, fmt: str, dist: str | None, author: str, signoff: bool) -> int:
+    """Fixes as patches for upstream: a unified diff, an mbox that git am takes at the pinned commit
+    (the cookbook's facts below each message's --- line), or the title and body of each fix's PR."""
     from ..commands.maintain.diff import export
 
-    text, chosen = export(catalog(), fixes, profile, fmt, dist, author)
+    done = export(catalog(), fixes, profile, fmt, dist, author, signoff)
+    notes = list(done.notes)
     if not profile:
-        render.notes([f"the fixes as profile {chosen} has them (give --profile to choose another)"])
-    sys.stdout.write(text)
+        notes.insert(0, f"the fixes as profile {done.profile} has them (give --profile to choose another)")
+    render.notes(notes)
+    sys.stdout.write(done.text)
     return 0
 
 

@@ -186,13 +186,32 @@ def profile_json(p: Profile) -> dict[str, Any]:
     }
 
 
-def fix_json(f: Fix) -> dict[str, Any]:
-    return {
+def fix_json(f: Fix, upstream: bool = False) -> dict[str, Any]:
+    """A fix as list --json shows it; ``upstream`` (list --upstream) adds its upstream subject and
+    [upstream] facts."""
+    row: dict[str, Any] = {
         "id": f.id,
         "title": f.title,
         "opt_in": f.opt_in,
         "requires": list(f.requires),
         "releases": list(f.releases),
+    }
+    if upstream:
+        row["subject"] = f.upstream_subject
+        row["upstream"] = upstream_json(f)
+    return row
+
+
+def upstream_json(f: Fix) -> dict[str, Any]:
+    up = f.upstream
+    return {
+        "status": up.status,
+        "forwarded": up.forwarded,
+        "bug": list(up.bug),
+        "applied_upstream": up.applied_upstream or None,
+        "origin": up.origin or None,
+        "regressed_in": up.regressed_in or None,
+        "note": up.note,
     }
 
 
@@ -200,9 +219,19 @@ def show(f: Fix) -> None:
     print(f"{f.id}: {f.title}")
     requires, conflicts = ", ".join(f.requires) or "nothing", ", ".join(f.conflicts) or "nothing"
     print(f"opt-in: {'yes' if f.opt_in else 'no'}; requires: {requires}; conflicts: {conflicts}")
-    print(f"upstream: {f.upstream.status}{' ' + f.upstream.ref if f.upstream.ref else ''}")
-    if f.upstream.note:
-        print(f"  {f.upstream.note}")
+    import textwrap
+
+    up = f.upstream
+    print(f"upstream subject: {f.upstream_subject}")
+    print(f"upstream: {up.status} (forwarded: {up.forwarded or 'no'})")
+    for name, value in (
+        ("bug", ", ".join(up.bug)), ("origin", up.origin), ("applied-upstream", up.applied_upstream),
+        ("regressed-in", up.regressed_in), ("ref", up.ref),
+    ):  # fmt: skip
+        if value:
+            print(f"  {name}: {value}")
+    if up.note:
+        print(textwrap.indent(up.note, "  "))
     print(f"proof: {f.proof.level}{' (' + f.proof.reason + ')' if f.proof.reason else ''}")
     if f.verified_on:
         print(f"verified on: {f.verified_on}")

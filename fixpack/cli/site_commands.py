@@ -223,11 +223,13 @@ def revert(fixes: tuple[str, ...], dry_run: bool, as_json: bool, site: Path | No
 
 @click.command("list")
 @click.option("--profile", metavar="NAME", help="Only this profile's fixes, in pack order.")
+@click.option("--upstream", is_flag=True, help="Also each fix's upstream status (--json: subject and [upstream]).")
 @JSON
 @SITE
 @guard(_list_error)
-def list_(profile: str | None, as_json: bool, site: Path | None) -> int:
-    """List the fixes (of one profile, in pack order); with --site, each one's state there."""
+def list_(profile: str | None, upstream: bool, as_json: bool, site: Path | None) -> int:
+    """List the fixes (of one profile, in pack order); with --site, each one's state there; with
+    --upstream, where each stands upstream."""
     book = catalog()
     if profile:
         fixes = [book.fixes[f] for f in book.profile(profile).pack]
@@ -235,7 +237,7 @@ def list_(profile: str | None, as_json: bool, site: Path | None) -> int:
         fixes = list(book.fixes.values())
     states = _states(book, profile, site)
     if as_json:
-        rows = [{**render.fix_json(f), **({"state": states.get(f.id, "-")} if site else {})} for f in fixes]
+        rows = [{**render.fix_json(f, upstream), **({"state": states.get(f.id, "-")} if site else {})} for f in fixes]
         render.dump({"profile": profile, "fixes": rows})
         return 0
     width = max((len(f.id) for f in fixes), default=0)
@@ -243,7 +245,8 @@ def list_(profile: str | None, as_json: bool, site: Path | None) -> int:
     for f in fixes:
         flag = "opt-in " if f.opt_in else "       "
         state = f"{str(states.get(f.id, '-')):<{state_width}}  " if site else ""
-        print(f"{f.id:<{width}}  {state}{flag}{f.title}")
+        status = f"{f.upstream.status:<13}  " if upstream else ""
+        print(f"{f.id:<{width}}  {state}{flag}{status}{f.title}")
     return 0
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..core.patch import index
 from ..core.paths import check_all
 from ..errors import UsageError
-from ..models import PROOF_LEVELS, UPSTREAM_STATUSES, Change, Fix, Proof, Upstream
+from ..models import PROOF_LEVELS, SUBJECT_MAX, UPSTREAM_STATUSES, Change, Fix, Proof, Upstream, upstream_status
 from . import schema, tomlfile
 from .lockfile import lock_path, read_lock
 from .tomlfile import field, invalid, quote
@@ -27,10 +27,18 @@ __all__ = [
 FIX_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 # The keys of each table of fix.toml (schema.toml_keys refuses any other)
 KEYS = {
-    "id", "title", "why", "requires", "conflicts", "supersedes", "opt_in", "verified_on",  # values
+    "id", "title", "subject", "why", "requires", "conflicts", "supersedes", "opt_in", "verified_on",  # values
     "upstream", "proof", "release",  # tables
 }  # fmt: skip
-UPSTREAM_KEYS = {"status", "ref", "note"}
+# [upstream]: DEP-3's fields, regressed-in, and note; status (a summary, checked against them) and
+# ref (free text) are the old form's, read as before when none of the DEP-3 fields is there.
+DEP3_KEYS = ("forwarded", "bug", "applied-upstream", "origin", "regressed-in")
+UPSTREAM_KEYS = {"status", "ref", "note", *DEP3_KEYS}
+_URL = re.compile(r"https?://[^\s/]+/\S*\Z")
+_ISSUE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+#[0-9]+\Z")  # owner/repo#N: an issue or PR
+_COMMIT = re.compile(r"(?:[A-Za-z0-9][\w.-]*/[\w.-]+@)?[0-9a-f]{7,40}\Z")  # [owner/repo@]commit
+_OLD_FORWARDED = {"pending": "no", "backport": "not-needed", "inappropriate": "not-needed"}  # else the ref
+_RELEASE = re.compile(r"[A-Za-z0-9][\w.+-]*\Z")
 PROOF_KEYS = {"level", "reason", "harmless", "unreachable"}
 HARMLESS_KEYS = {"mutant", "why"}
 UNREACHABLE_KEYS = {"line", "why"}
@@ -49,11 +57,11 @@ def load_fix(fix_dir: Path) -> Fix:
     fix_id = field(data, "id", str, where)
     if fix_id != fix_dir.name or not FIX_ID.match(fix_id):
         raise invalid(where, f"id {fix_id!r} must be lower-case-with-dashes and equal the directory name")
-    upstream = field(data, "upstream", dict, where)
-    schema.toml_keys(upstream, UPSTREAM_KEYS, where, "upstream")
-    status = field(upstream, "status", str, where)
-    if status not in UPSTREAM_STATUSES:
-        raise invalid(where, f"upstream.status {status!r} is not one of {', '.join(UPSTREAM_STATUSES)}")
+    upstream = load_upstream(field(data, "upstream", dict, where), where)
+    title = field(data, "title", str, where).strip()
+    subject = field(data, "subject", str, where, "").strip()
+    if subject and ("\n" in subject or len(subject) > SUBJECT_MAX):
+        raise invalid(where, f"subject must be one line of at most {SUBJECT_MAX} characters ({len(subject)})")
     proof = field(data, "proof", dict, where)
     schema.toml_keys(proof, PROOF_KEYS, where, "proof")
     level = field(proof, "level", str, where)
@@ -122,18 +130,84 @@ def load_fix(fix_dir: Path) -> Fix:
         )
     return Fix(
         id=fix_id,
-        title=field(data, "title", str, where).strip(),
+        title=title,
         why=field(data, "why", str, where).strip(),
         requires=tuple(field(data, "requires", list, where, [])),
         conflicts=tuple(field(data, "conflicts", list, where, [])),
         supersedes=tuple(field(data, "supersedes", list, where, [])),
         opt_in=field(data, "opt_in", bool, where, False),
-        upstream=Upstream(status, field(upstream, "ref", str, where, ""), field(upstream, "note", str, where, "")),
+        upstream=upstream,
         proof=Proof(level, reason, str(script) if script.exists() else None, harmless, unreachable),
         verified_on=field(data, "verified_on", str, where, ""),
         changes=changes,
         source=str(fix_dir),
+        subject=subject,
     )
+
+
+def load_upstream(table: dict, where: Path) -> Upstream:
+    """``[upstream]``: DEP-3's fields (``forwarded``, ``bug``, ``applied-upstream``, ``origin``) and
+    ``regressed-in``, each checked; or, when none of them is there, the old form (``status``, one of
+    UPSTREAM_STATUSES, and a free-text ``ref``), read into the same fields."""
+    schema.toml_keys(table, UPSTREAM_KEYS, where, "upstream")
+    note = field(table, "note", str, where, "").strip()
+    status = table.get("status")
+    if status is not None and status not in UPSTREAM_STATUSES:
+        raise invalid(where, f"upstream.status {status!r} is not one of {', '.join(UPSTREAM_STATUSES)}")
+    if not any(k in table for k in DEP3_KEYS):
+        if status is None:
+            raise invalid(where, "[upstream] needs forwarded: a URL or owner/repo#N, \"no\", or \"not-needed\"")
+        ref = _text(table, "ref", where).strip()
+        return Upstream(
+            status,
+            ref,
+            note,
+            forwarded=_OLD_FORWARDED.get(status, ref or "yes"),
+            applied_upstream=ref if status == "upstream" else "",
+            origin=ref if status == "backport" else "",
+        )
+    if "ref" in table:
+        raise invalid(where, "upstream.ref is the old form's: give forwarded, bug, origin or applied-upstream")
+    origin = _ref(table, "origin", where, _URL, _ISSUE, _COMMIT)
+    applied = _ref(table, "applied-upstream", where, _URL, _ISSUE, _COMMIT)
+    if "forwarded" not in table and not origin:  # a backport's is "not-needed", as DEP-3 implies
+        raise invalid(where, "[upstream] needs forwarded: a URL or owner/repo#N, \"no\", or \"not-needed\"")
+    forwarded = _text(table, "forwarded", where, "not-needed").strip()
+    if forwarded not in ("no", "not-needed") and not (_URL.match(forwarded) or _ISSUE.match(forwarded)):
+        raise invalid(
+            where, f"upstream.forwarded {forwarded!r} is not a URL, owner/repo#N, \"no\" or \"not-needed\""
+        )
+    if forwarded == "not-needed" and not (origin or applied or note):
+        raise invalid(where, "upstream.forwarded = \"not-needed\" needs a note giving the reason")
+    bugs = table.get("bug", [])
+    if isinstance(bugs, str):
+        bugs = [bugs]
+    if not isinstance(bugs, list) or not all(isinstance(b, str) for b in bugs):
+        raise invalid(where, "upstream.bug must be a list of URLs or owner/repo#N")
+    for b in bugs:
+        if not (_URL.match(b) or _ISSUE.match(b)):
+            raise invalid(where, f"upstream.bug {b!r} is not a URL or owner/repo#N")
+    regressed = _text(table, "regressed-in", where).strip()
+    if regressed and not _RELEASE.match(regressed):
+        raise invalid(where, f"upstream.regressed-in {regressed!r} is not a release (a tag such as v0.24.0)")
+    derived = upstream_status(forwarded, applied, origin)
+    if status is not None and status != derived:
+        raise invalid(where, f"upstream.status {status!r} does not match the fields below it, which say {derived!r}")
+    return Upstream(derived, "", note, forwarded, tuple(bugs), applied, origin, regressed)
+
+
+def _text(table: dict, key: str, where: Path, default: str = "") -> str:
+    value = table.get(key, default)
+    if not isinstance(value, str):
+        raise invalid(where, f"upstream.{key} must be a string")
+    return value
+
+
+def _ref(table: dict, key: str, where: Path, *forms: re.Pattern[str]) -> str:
+    value = _text(table, key, where).strip()
+    if value and not any(f.match(value) for f in forms):
+        raise invalid(where, f"upstream.{key} {value!r} is not a URL, owner/repo#N or [owner/repo@]commit")
+    return value
 
 
 
@@ -150,6 +224,7 @@ def skeleton(fix_id: str, release: str, on_top_of: list[str]) -> str:
         f"""\
         id = "{fix_id}"
         title = "TODO: one line, as the upstream commit's subject"
+        # subject = "..."  (the upstream subject, at most 72 characters, when the title does not fit)
         why = '''
         TODO: what breaks and where (file, function), the mechanism, and what the change does.
         '''
@@ -160,7 +235,8 @@ def skeleton(fix_id: str, release: str, on_top_of: list[str]) -> str:
 
         [upstream]
         status = "pending"
-        ref = ""
+        forwarded = "no"
+        bug = []
         note = ""
 
         [proof]

@@ -17,7 +17,7 @@ from ...core import patch, rebuild
 from ...core.fingerprint import sha256
 from ...core.plan import chains
 from ...errors import FixpackError, Refused
-from ...models import Fix, Profile, ProofOutcome
+from ...models import SUBJECT_MAX, Fix, Profile, ProofOutcome
 from . import lock
 from .coverage import FixCoverage, fix_lines, measured, rcfile
 from .mutants import FixMutants, mutate
@@ -75,10 +75,22 @@ def _metadata_failures(fix: Fix) -> list[str]:
         out.append("metadata: 'why' is missing or a placeholder")
     if _placeholder(fix.title):
         out.append("metadata: 'title' is a placeholder")
-    if fix.upstream.status in ("submitted", "backport", "upstream") and not fix.upstream.ref:
-        out.append(f"metadata: upstream status {fix.upstream.status!r} needs a ref")
-    if fix.upstream.status == "inappropriate" and not fix.upstream.note:
+    up = fix.upstream
+    # The new form's fields are checked as fix.toml is read; the old form's status may lack its ref.
+    refs = {
+        "submitted": "" if up.forwarded == "yes" else up.forwarded,
+        "backport": up.origin,
+        "upstream": up.applied_upstream,
+    }
+    if up.status in refs and not refs[up.status]:
+        out.append(f"metadata: upstream status {up.status!r} needs a ref")
+    if up.status == "inappropriate" and not up.note:
         out.append("metadata: upstream status 'inappropriate' needs a note giving the reason")
+    if len(fix.upstream_subject) > SUBJECT_MAX:
+        out.append(
+            f"metadata: the title is {len(fix.upstream_subject)} characters, too long for an upstream subject "
+            f"(at most {SUBJECT_MAX}): give fix.toml a subject"
+        )
     return out
 
 
