@@ -1,11 +1,14 @@
 """A real ``vllm serve`` process for the tests, after vLLM's own ``RemoteOpenAIServer``.
 
 ``Server(argv, env=..., port=..., log=...)`` starts ``argv`` (which must serve on ``port`` on
-127.0.0.1) in a session of its own with its output in ``log``; ``wait_ready()`` polls ``/health``
-until it answers 200, the process exits, or a deadline passes (never a fixed sleep); ``stop()``
-ends the whole process group (SIGTERM, then SIGKILL after a bound) by its pid. As a context
-manager it starts, waits and always stops. A failure says which server, how, and ends with the
-tail of its log.
+127.0.0.1; ``port=None`` for a process that serves nothing, such as a headless node) in a session
+of its own with its output in ``log``; ``wait_ready()`` polls ``/health`` until it answers 200, the
+process exits, or a deadline passes (never a fixed sleep); ``wait_exit()`` (``wait_exits()`` for several at
+once) waits, bounded, until the process and every other process of its group have ended (a process
+expected to stop on its own), and notes when;
+``stop()`` ends the whole process group (SIGTERM, then SIGKILL after a bound) by its pid. As a
+context manager it starts, waits and always stops. A failure says which server, how, and ends with
+the tail of its log.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ class Server:
         argv: list[str],
         *,
         env: dict[str, str],
-        port: int,
+        port: int | None,
         log: Path,
         name: str = "server",
         ready_timeout: float = READY_TIMEOUT,
@@ -51,6 +54,7 @@ class Server:
         self.ready_timeout = ready_timeout
         self.proc: subprocess.Popen | None = None
         self.ready_s: float | None = None  # seconds from start to the first 200 from /health
+        self.exited_s: float | None = None  # seconds from start until no process of its group was left
 
     @property
     def pid(self) -> int:
@@ -58,6 +62,7 @@ class Server:
         return self.proc.pid
 
     def url(self, path: str) -> str:
+        assert self.port is not None, f"{self.name} serves no port"
         return f"http://127.0.0.1:{self.port}{path}"
 
     def start(self) -> Server:
@@ -93,6 +98,22 @@ class Server:
             if time.monotonic() > deadline:
                 raise ServerError(self.describe(f"not ready within {self.ready_timeout:.0f} s"))
             time.sleep(0.5)
+
+    def ended(self) -> int | None:
+        """Its exit code once it and every process of its group have ended (zombies not counted),
+        else None; the first call that sees it ended sets ``exited_s``."""
+        assert self.proc is not None
+        code = self.proc.poll()
+        if code is None or group_members(self.proc.pid):
+            return None
+        if self.exited_s is None:
+            self.exited_s = time.monotonic() - self._started
+        return code
+
+    def wait_exit(self, timeout: float) -> int:
+        """Its exit code, once it and every process of its group have ended; ServerError if any is
+        still running ``timeout`` s after the start (the caller stops it)."""
+        return wait_exits([self], timeout)[self.name]
 
     def post(self, path: str, payload: dict, timeout: float = 120) -> dict:
         request = urllib.request.Request(
@@ -183,14 +204,46 @@ class Server:
         self.stop()
 
 
+def wait_exits(servers: list[Server], timeout: float) -> dict[str, int]:
+    """Wait for several at once (each one's ``exited_s`` is its own): their exit codes by name;
+    ServerError naming the first still running ``timeout`` s after its start."""
+    codes: dict[str, int] = {}
+    while True:
+        for server in servers:
+            if server.name not in codes:
+                code = server.ended()
+                if code is not None:
+                    codes[server.name] = code
+        if len(codes) == len(servers):
+            return codes
+        for server in servers:
+            if server.name not in codes and time.monotonic() > server._started + timeout:
+                assert server.proc is not None
+                code = server.proc.poll()
+                left = sorted(group_members(server.proc.pid))
+                state = "running" if code is None else f"exited with {code}, processes {left} of its group left"
+                raise ServerError(server.describe(f"still {state} {timeout:.0f} s after its start"))
+        time.sleep(0.25)
+
+
+def group_members(pgid: int) -> set[int]:
+    """The pids of process group ``pgid`` still running (from /proc; zombies, which the init here
+    reaps late, are not counted)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            found.add(int(entry))
+    return found
+
+
 def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return bool(group_members(pgid))
 
 
 @contextlib.contextmanager

@@ -6,23 +6,36 @@ checks, from the server's own log, that the runtime check ran in every vLLM proc
 server, the engine core, each worker) with that process's pid and the fix set's digest that
 ``fixpack status`` reports, that the workers agreed on it (TP 2), and that the server answers
 ``/v1/completions`` and ``/v1/chat/completions`` with the same greedy tokens and logprobs as the
-same server started without fixpack. One server runs at a time; each is bounded in time and
-stopped by its process group; a failure prints the tail of each server's log.
+same server started without fixpack.
+
+Then what must stop a start, each from the processes' own log lines and exit codes: TP 2 as two
+nodes on this host (vLLM's multi-node multiprocessing, node 1 headless, each node with an overlay
+of its own), where node 1 lacks an opt-in (both nodes stop before the model loads, naming rank 1 and
+the fix) or runs no fixpack (node 0 stops after ``FIXPACK_AGREE_TIMEOUT`` naming the silent rank);
+a patched file edited after the apply (the server exits before it is ready with the runtime check's
+line; under ``FIXPACK_RUNTIME_CHECK=warn`` it starts, logging ``fix set none (drifted)``); a recipe's
+rule (lazy mode) refusing ``apply_all.py --recipe SLUG --exec vllm serve ...`` before vLLM starts.
+
+One server (or one two-node deployment) runs at a time; each is bounded in time and stopped by its
+process group; a failure prints the tail of each server's log.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 import build_env
+import pytest
 from build_env import ServeEnv
-from server import Server, free_port, logs_on_failure
+from server import Server, ServerError, free_port, logs_on_failure, wait_exits
 
 REPO = build_env.REPO
 LOGPROB_TOLERANCE = 1e-4
@@ -41,8 +54,9 @@ AGREE_LINE = re.compile(
 ROLE = re.compile(r"^\((?P<role>APIServer|EngineCore\w*|Worker\w*) pid=(?P<pid>\d+)\)", re.MULTILINE)
 
 
-def vllm_environ(bin_dir: Path, tp: int) -> dict[str, str]:
-    """A vLLM process's environment: the venv's bin first, fixpack's plugin only, CPU settings."""
+def vllm_environ(bin_dir: Path, tp: int, bind: str | None = None) -> dict[str, str]:
+    """A vLLM process's environment: the venv's bin first, fixpack's plugin only, CPU settings
+    (``bind``: the node's cores, one list per local rank)."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -57,7 +71,9 @@ def vllm_environ(bin_dir: Path, tp: int) -> dict[str, str]:
         VLLM_NO_USAGE_STATS="1",
         DO_NOT_TRACK="1",
     )
-    if tp == 2:
+    if bind is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = bind
+    elif tp == 2:
         env["VLLM_CPU_OMP_THREADS_BIND"] = "0|1"  # else "Not enough allowed NUMA nodes"
     return env
 
@@ -78,13 +94,13 @@ def serve_args(model: Path, port: int, tp: int) -> list[str]:
     ]
 
 
-def entry_point(python: Path, site: Path, *extra: str) -> list[str]:
+def entry_point(python: Path, site: Path, *extra: str, opt_ins: tuple[str, ...] = build_env.OPT_INS) -> list[str]:
     return [
         str(python),
         str(REPO / "fixes" / "apply_all.py"),
         "--profile",
         build_env.PROFILE,
-        *build_env.OPT_INS,
+        *opt_ins,
         "--site",
         str(site),
         *extra,
@@ -330,3 +346,325 @@ def test_in_place_tp1(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
         f"(stock: {stock.ready_s:.1f} s); "
         f"fix set {digest['digest']}; scenario {time.monotonic() - start:.1f} s (with fixpack {fixed_s:.1f} s)"
     )
+
+
+# --- two nodes that differ -----------------------------------------------------------------------
+
+AGREE_TIMEOUT = 10  # FIXPACK_AGREE_TIMEOUT on both nodes, so that a silent rank is named after 10 s
+NODES_TIMEOUT = 300.0  # for every process of a node to end on its own
+LOADING = "Starting to load model"  # vLLM's CPU model runner, as the model starts to load
+# A worker's refusal as vLLM logs the exception that ended it.
+REFUSAL = re.compile(
+    r"^\((?P<role>Worker\w*) pid=(?P<pid>\d+)\) ERROR (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d) \[[^]]*\] "
+    r"RuntimeError: (?P<message>fixpack: .*)$",
+    re.MULTILINE,
+)
+# Logged by vLLM's initialize_model_parallel right before ensure_model_parallel_initialized agrees.
+GROUPS_MADE = re.compile(
+    r"^\((?P<role>Worker\w*) pid=(?P<pid>\d+)\) INFO (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d) \[[^]]*\] "
+    r"rank (?P<rank>\d+) in world size \d+ is assigned as",
+    re.MULTILINE,
+)
+
+
+def node_args(model: Path, master_port: int, rank: int, port: int | None) -> list[str]:
+    """``serve`` arguments for node ``rank`` of a TP 2 deployment over two nodes on this host (vLLM's
+    multi-node multiprocessing): node 0 serves ``port``, node 1 is headless."""
+    args = [
+        "serve",
+        str(model),
+        "--tensor-parallel-size",
+        "2",
+        "--enforce-eager",
+        "--max-model-len",
+        "512",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        str(rank),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(master_port),
+    ]
+    return args + (["--host", "127.0.0.1", "--port", str(port)] if port is not None else ["--headless"])
+
+
+def node_environ(bin_dir: Path, rank: int) -> dict[str, str]:
+    """One local rank per node, each bound to a core of its own; the agreement's wait made short."""
+    env = vllm_environ(bin_dir, 2, bind=str(rank))
+    env["FIXPACK_AGREE_TIMEOUT"] = str(AGREE_TIMEOUT)
+    return env
+
+
+def run_nodes(*nodes: Server) -> dict[str, int]:
+    """Start the nodes together and wait, bounded, until every process of each has ended; their exit
+    codes. Whatever happens, each node's process group is stopped."""
+    try:
+        for node in nodes:
+            node.start()
+        return wait_exits(list(nodes), NODES_TIMEOUT)
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def disagreement(*parts: str) -> str:
+    """The agreement's refusal for a deployment of 2 ranks (the README's format)."""
+    return (
+        "fixpack: the 2 ranks of this deployment do not run one fix set: "
+        + "; ".join(parts)
+        + ". Apply the same fixes on every node (fixpack status shows the fix set; apply --expect-fix-set pins it); "
+        "FIXPACK_RUNTIME_CHECK=warn only warns"
+    )
+
+
+def on_rank(fix_set: dict, rank: int) -> str:
+    return (
+        f"fix set {fix_set['digest']} (profile {build_env.PROFILE}, {len(fix_set['fixes'])} fixes) "
+        f"on rank {rank} ({socket.gethostname()})"
+    )
+
+
+def seconds(stamp: str) -> int:
+    """A vLLM log stamp (``12-06 09:07:43``) as seconds into its day."""
+    h, m, s = (int(x) for x in stamp.split()[1].split(":"))
+    return h * 3600 + m * 60 + s
+
+
+def checked_digests(server: Server) -> list[str]:
+    return [m["digest"] for m in CHECK_LINE.finditer(server.text())]
+
+
+def test_two_nodes_one_without_an_opt_in(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> None:
+    """TP 2 as two nodes on this host, each through the entry point with its own overlay; node 1's
+    without fp8-moe-gather. Both nodes stop before the model loads, each worker with the one line
+    that names both fix sets and the fix only rank 0 runs; every process of both nodes ends."""
+    master, port = free_port(), free_port()
+    overlays = [tmp_path / "node0-overlay", tmp_path / "node1-overlay"]
+    opt_ins = [build_env.OPT_INS, tuple(o for o in build_env.OPT_INS if o != "fp8-moe-gather")]
+    nodes = [
+        Server(
+            entry_point(
+                serve_env.python,
+                serve_env.site,
+                "--overlay",
+                str(overlays[rank]),
+                "--exec",
+                "vllm",
+                *node_args(tiny_model, master, rank, port if rank == 0 else None),
+                opt_ins=opt_ins[rank],
+            ),
+            env=node_environ(serve_env.bin, rank),
+            port=port if rank == 0 else None,
+            log=tmp_path / f"node{rank}.log",
+            name=f"node {rank} ({', '.join(opt_ins[rank])})",
+        )
+        for rank in (0, 1)
+    ]
+    with logs_on_failure(*nodes):
+        codes = run_nodes(*nodes)
+        sets = [fix_set(serve_env.python, serve_env.site, "--overlay", str(o)) for o in overlays]
+        assert [f for f in sets[0]["fixes"] if f != "fp8-moe-gather"] == sets[1]["fixes"], sets
+        expected = disagreement(on_rank(sets[0], 0), on_rank(sets[1], 1), "fp8-moe-gather only on rank 0")
+        for node, own, processes in zip(nodes, sets, (3, 2)):  # node 0: API server, engine core, worker
+            log = node.text()
+            assert codes[node.name] != 0, f"{node.name} exited 0"
+            refusals = list(REFUSAL.finditer(log))
+            assert [m["message"] for m in refusals] == [expected], [m["message"] for m in refusals]
+            assert LOADING not in log, f"{node.name} started to load the model"
+            assert checked_digests(node) == [own["digest"]] * processes
+    print(
+        f"serve: two nodes, node 1 without fp8-moe-gather: node 0 exited {codes[nodes[0].name]} after "
+        f"{nodes[0].exited_s:.1f} s, node 1 exited {codes[nodes[1].name]} after {nodes[1].exited_s:.1f} s"
+    )
+
+
+def test_two_nodes_one_without_fixpack(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> None:
+    """TP 2 as two nodes on this host: node 0 through the entry point with an overlay, node 1 a
+    stock ``vllm serve --headless``. Node 0's worker stops FIXPACK_AGREE_TIMEOUT seconds after its
+    groups exist, naming rank 1 as silent, before the model loads; node 1 logs nothing of fixpack and
+    goes on as vLLM would, until node 0 has gone; every process of both nodes ends."""
+    master, port = free_port(), free_port()
+    overlay = tmp_path / "node0-overlay"
+    node0 = Server(
+        entry_point(
+            serve_env.python,
+            serve_env.site,
+            "--overlay",
+            str(overlay),
+            "--exec",
+            "vllm",
+            *node_args(tiny_model, master, 0, port),
+        ),
+        env=node_environ(serve_env.bin, 0),
+        port=port,
+        log=tmp_path / "node0.log",
+        name="node 0 (fixpack)",
+    )
+    node1 = Server(
+        [str(serve_env.bin / "vllm"), *node_args(tiny_model, master, 1, None)],
+        env=node_environ(serve_env.bin, 1),
+        port=None,
+        log=tmp_path / "node1.log",
+        name="node 1 (no fixpack)",
+    )
+    with logs_on_failure(node0, node1):
+        codes = run_nodes(node0, node1)
+        own = fix_set(serve_env.python, serve_env.site, "--overlay", str(overlay))
+        expected = disagreement(
+            on_rank(own, 0),
+            f"no fix set from rank 1 within {AGREE_TIMEOUT} s (FIXPACK_AGREE_TIMEOUT): no fixpack there, "
+            "or FIXPACK_RUNTIME_CHECK=off, so other code",
+        )
+        log = node0.text()
+        assert codes[node0.name] != 0, "node 0 exited 0"
+        refusals = list(REFUSAL.finditer(log))
+        assert [m["message"] for m in refusals] == [expected], [m["message"] for m in refusals]
+        assert LOADING not in log, "node 0 started to load the model"
+        assert checked_digests(node0) == [own["digest"]] * 3
+        made = [m for m in GROUPS_MADE.finditer(log) if m["pid"] == refusals[0]["pid"]]
+        assert len(made) == 1, [m[0] for m in made]
+        waited = (seconds(refusals[0]["stamp"]) - seconds(made[0]["stamp"])) % 86400
+        # Log stamps are whole seconds; the refusal is logged once the exception reaches vLLM's handler.
+        assert AGREE_TIMEOUT - 1 <= waited <= AGREE_TIMEOUT + 10, f"the worker refused {waited} s after its groups"
+        assert "fixpack" not in node1.text(), "node 1 runs no fixpack"
+    print(
+        f"serve: two nodes, node 1 without fixpack: node 0 refused {waited} s after its groups existed and "
+        f"exited {codes[node0.name]} after {node0.exited_s:.1f} s; node 1 exited {codes[node1.name]} after "
+        f"{node1.exited_s:.1f} s"
+    )
+
+
+# --- refusals on a real server -------------------------------------------------------------------
+
+RECIPE_SLUG = "qwen3.5-122b-a10b-fp8-gaudi2"
+DRIFT = re.compile(r"RuntimeError: (fixpack: this process would not run the code fixpack applied: .*)$", re.MULTILINE)
+WARNED = re.compile(
+    r"WARNING \d\d-\d\d \d\d:\d\d:\d\d \[[^]]*\] (fixpack: this process would not run the code fixpack applied: .*)$",
+    re.MULTILINE,
+)
+DRIFTED_LINE = re.compile(
+    r"fixpack: profile (?P<profile>\S+), fix set none \(drifted\), (?P<count>\d+) fixes \([^)]*\), "
+    r"mode overlay (?P<root>\S+), pid (?P<pid>\d+), \d+ files checked in [\d.]+ ms \(FAILED, warn only\)"
+)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_patched_file_edited_after_the_apply(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> None:
+    """An overlay applied through the entry point, then one of its patched files edited (a
+    vllm_gaudi module, which no process here imports), then ``vllm serve`` started with the overlay
+    on PYTHONPATH, as an image that built its overlay starts: the server exits non-zero before it
+    is ready with the runtime check's one line naming the file; with FIXPACK_RUNTIME_CHECK=warn the
+    same server starts and answers, each process warning and logging ``fix set none (drifted)``."""
+    overlay = tmp_path / "overlay"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIXPACK_") and k != "PYTHONPATH"}
+    done = subprocess.run(
+        entry_point(serve_env.python, serve_env.site, "--overlay", str(overlay)),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    edited = overlay / ".fixpack" / "modules" / "vllm_gaudi" / "v1" / "worker" / "hpu_input_batch.py"
+    recorded = sha256(edited)
+    with open(edited, "a") as fh:
+        fh.write("# edited after the apply\n")
+    expected = (
+        f"fixpack: this process would not run the code fixpack applied: {edited} is not the file fixpack "
+        f"patched (sha256 {sha256(edited)[:12]}, recorded {recorded[:12]}). Run fixpack apply again (or fixpack "
+        "status); FIXPACK_RUNTIME_CHECK=warn only warns"
+    )
+
+    def server(mode: str | None, name: str) -> Server:
+        port = free_port()
+        env = vllm_environ(serve_env.bin, 1)
+        env["PYTHONPATH"] = str(overlay)
+        if mode is not None:
+            env["FIXPACK_RUNTIME_CHECK"] = mode
+        argv = [str(serve_env.bin / "vllm"), *serve_args(tiny_model, port, 1)]
+        return Server(argv, env=env, port=port, log=tmp_path / f"{name}.log", name=name)
+
+    stopped, warned = server(None, "drifted"), server("warn", "drifted-warn")
+    with logs_on_failure(stopped, warned):
+        try:
+            stopped.start()
+            with pytest.raises(ServerError, match="exited with 1 before it was ready"):
+                stopped.wait_ready()
+            code = stopped.wait_exit(NODES_TIMEOUT)
+        finally:
+            stopped.stop()
+        assert code == 1
+        assert DRIFT.findall(stopped.text()) == [expected]
+        assert "Application startup complete" not in stopped.text()
+
+        with warned:
+            tree = warned.descendants()
+            ask(warned, tiny_model)
+        log = warned.text()
+        roles = {m["role"].split("_")[0]: int(m["pid"]) for m in ROLE.finditer(log)}
+        processes = {warned.pid, roles["EngineCore"], roles["Worker"]}
+        assert processes <= tree
+        assert WARNED.findall(log) == [expected] * 3
+        drifted = list(DRIFTED_LINE.finditer(log))
+        assert sorted(int(m["pid"]) for m in drifted) == sorted(processes), [m[0] for m in drifted]
+        assert {(m["profile"], m["root"]) for m in drifted} == {(build_env.PROFILE, str(overlay))}
+        assert not CHECK_LINE.search(log), "no process may report a digest"
+    print(
+        f"serve: a patched file edited: the server exited {code} after {stopped.exited_s:.1f} s; "
+        f"with FIXPACK_RUNTIME_CHECK=warn ready in {warned.ready_s:.1f} s"
+    )
+
+
+def test_a_recipe_rule_refuses_before_vllm_starts(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> None:
+    """``apply_all.py --recipe SLUG --exec vllm serve ...`` (the tiny model's own serve line) with
+    PT_HPU_LAZY_MODE=1: the recipe's no-lazy-mode rule refuses in one line, exit 1, before vLLM
+    starts (nothing of vLLM in the output, nothing serves the port, no overlay made); the same line
+    without lazy mode applies."""
+    from fixpack.cookbook.recipes import load_recipes
+
+    rules = {r["id"]: r["message"].strip() for r in load_recipes(REPO)[RECIPE_SLUG].rules}
+    expected = (
+        f'fixpack: error: recipe {RECIPE_SLUG}, rule no-lazy-mode: "{rules["no-lazy-mode"]}"; '
+        "nothing was applied, nothing launched"
+    )
+    overlay = tmp_path / "overlay"
+    port = free_port()
+    recipe_start = [
+        str(serve_env.python),
+        str(REPO / "fixes" / "apply_all.py"),
+        "--recipe",
+        RECIPE_SLUG,
+        "--site",
+        str(serve_env.site),
+        "--overlay",
+        str(overlay),
+    ]
+    env = vllm_environ(serve_env.bin, 1)
+    env["PT_HPU_LAZY_MODE"] = "1"
+    lazy = Server(
+        [*recipe_start, "--exec", "vllm", *serve_args(tiny_model, port, 1)],
+        env=env,
+        port=port,
+        log=tmp_path / "lazy.log",
+        name="--recipe with PT_HPU_LAZY_MODE=1",
+    )
+    with logs_on_failure(lazy):
+        try:
+            lazy.start()
+            code = lazy.wait_exit(60)
+        finally:
+            lazy.stop()
+        assert code == 1
+        assert lazy.text().splitlines() == [expected]
+        assert not overlay.exists()
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0, "something serves the port"
+    env["PT_HPU_LAZY_MODE"] = "0"
+    done = subprocess.run(recipe_start, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    print(f"serve: a recipe rule refused in {lazy.exited_s:.1f} s; without lazy mode the same apply passed")

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from server import Server, ServerError, free_port, logs_on_failure
+from server import Server, ServerError, free_port, logs_on_failure, wait_exits
 
 # Starts a child that sleeps, then serves /health (200) after DELAY seconds; prints the child's pid.
 STAND_IN = """
@@ -87,3 +87,41 @@ def test_the_logs_are_printed_when_a_scenario_fails(tmp_path: Path, capsys: pyte
             raise AssertionError("a check failed")
     printed = capsys.readouterr().out
     assert f"--- stand-in (pid {server.pid}): the last" in printed and "child " in printed
+
+
+def test_wait_exits_waits_for_every_process_of_each_group(tmp_path: Path) -> None:
+    # Each leader exits at once; the child it left in its group ends DELAY seconds later.
+    leaver = (
+        "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(%s)']); sys.exit(4)"
+    )
+    servers = [
+        Server(
+            [sys.executable, "-c", leaver % delay],
+            env=dict(os.environ),
+            port=None,
+            log=tmp_path / f"{name}.log",
+            name=name,
+        )
+        for name, delay in (("slow", 2), ("quick", 0))
+    ]
+    try:
+        for server in servers:
+            server.start()
+        assert wait_exits(servers, 30) == {"slow": 4, "quick": 4}
+    finally:
+        for server in servers:
+            server.stop()
+    slow, quick = (server.exited_s for server in servers)
+    assert slow is not None and quick is not None and slow >= 2 > quick, (slow, quick)
+    assert servers[1].wait_exit(1) == 4 and servers[1].exited_s == quick
+
+
+def test_wait_exit_is_bounded_and_the_group_is_stopped(tmp_path: Path) -> None:
+    server = _stand_in(tmp_path, 600)
+    server.start()
+    try:
+        with pytest.raises(ServerError, match="stand-in .* still running 1 s after its start"):
+            server.wait_exit(1)
+    finally:
+        server.stop()
+    assert not _alive(server.pid) and not _alive(_child(server))
