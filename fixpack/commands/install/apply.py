@@ -11,7 +11,6 @@ the recipe is recorded with the fixes.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -124,7 +123,7 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
                 done = Result("apply", profile.name, already_applied(plan), notes)
                 return warm_stamp(
                     invocation, catalog, done, list(dists.values()), targets, target.state_dir, request.site,
-                    None if request.overlay is None else Path(os.path.abspath(request.overlay)),
+                    request.overlay,  # the stamp holds it as an absolute path
                 )  # fmt: skip
 
             writing = invocation is not None and not request.dry_run
