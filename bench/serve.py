@@ -65,7 +65,7 @@ CHECK_MS = re.compile(
     r"fixpack: profile \S+, fix set .+?, mode .+?, pid (?P<pid>\d+), \d+ files checked in (?P<ms>[\d.]+) ms"
 )
 AGREE_MS = re.compile(
-    r"\(\w+ pid=(?P<pid>\d+)\) .*fixpack: ranks \S+ agree on fix set \S+ \(\d+ fixes\) in (?P<ms>[\d.]+) ms"
+    r"fixpack: ranks \S+ agree on fix set \S+ \(\d+ fixes\) in (?P<ms>[\d.]+) ms, rank \d+, pid (?P<pid>\d+)"
 )
 POLL = 0.05
 READY_TIMEOUT = 300.0

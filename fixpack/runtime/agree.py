@@ -223,9 +223,13 @@ def agree():
         return
     if world > 1:
         log.info(
-            "fixpack: %s agree on fix set %s (%d fixes) in %.1f ms",
+            # rank and pid in the line itself: workers share one stdout, and vLLM's "(Worker pid=N)"
+            # prefix is a separate write that another worker's line can split from its message
+            "fixpack: %s agree on fix set %s (%d fixes) in %.1f ms, rank %d, pid %d",
             ranks_text(range(world)),
             record["digest"],
             len(record["fixes"]),
             (time.perf_counter() - start) * 1000,
+            rank,
+            os.getpid(),
         )

@@ -46,10 +46,11 @@ CHECK_LINE = re.compile(
     r"fixpack: profile (?P<profile>\S+), fix set (?P<digest>[0-9a-f]{16}), (?P<count>\d+) fixes "
     r"\((?P<fixes>[^)]*)\), mode (?P<mode>.+?), pid (?P<pid>\d+), \d+ files checked"
 )
+# the line names its own pid: workers share one stdout, and another worker's line can come between
+# vLLM's "(Worker pid=N)" prefix and the message it belongs to
 AGREE_LINE = re.compile(
-    r"^\((?P<role>Worker\w*) pid=(?P<pid>\d+)\) .*fixpack: ranks (?P<ranks>\S+) agree on fix set "
-    r"(?P<digest>[0-9a-f]{16})",
-    re.MULTILINE,
+    r"fixpack: ranks (?P<ranks>\S+) agree on fix set (?P<digest>[0-9a-f]{16}) \(\d+ fixes\) "
+    r"in [\d.]+ ms, rank (?P<rank>\d+), pid (?P<pid>\d+)"
 )
 ROLE = re.compile(r"^\((?P<role>APIServer|EngineCore\w*|Worker\w*) pid=(?P<pid>\d+)\)", re.MULTILINE)
 
@@ -227,6 +228,7 @@ def assert_checked_everywhere(server: Server, tree: set[int], fix_set: dict, mod
     agreed = list(AGREE_LINE.finditer(log))
     if workers > 1:
         assert sorted(int(m["pid"]) for m in agreed) == sorted(roles["worker"]), [m[0] for m in agreed]
+        assert sorted(int(m["rank"]) for m in agreed) == list(range(workers)), [m[0] for m in agreed]
         for m in agreed:
             assert m["ranks"] == f"0-{workers - 1}" and m["digest"] == fix_set["digest"], m[0]
     else:
