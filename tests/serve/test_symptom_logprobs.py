@@ -15,13 +15,17 @@ API server shuts itself down.
   ``top_logprobs``, completions with ``prompt_logprobs``), each carrying ids past the tokenizer's
   pieces in its logprobs, all answered; ``/health`` 200 after.
 
+- The control, without a third server: stock vLLM's ``convert_ids_list_to_tokens`` decodes ids
+  past the vocabulary to "" with a fast (byte-level) tokenizer (the other serve tests' tiny model),
+  and raises with this one.
+
 Requests go through the official ``openai`` client (no retries: a retried 500 would hide the
-failure). A fast (byte-level) tokenizer does not fail here (``convert_ids_to_tokens`` gives None,
-decode ""); the other serve tests' tiny model has one, so it is not repeated.
+failure).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -175,6 +179,25 @@ KINDS = {
 }
 
 
+def ask_all(server: Server, model: Path) -> tuple[dict[str, int], int]:
+    """REQUESTS requests, the kinds in turn, one after another (the first is the stock test's): the
+    number answered of each kind and of logprob entries past the tokenizer's pieces. Each request
+    must carry such ids (so that each alone would end a stock server), decoded to ""."""
+    api = client(server)
+    answered = dict.fromkeys(KINDS, 0)
+    padded = 0
+    names = list(KINDS)
+    for i in range(REQUESTS):
+        kind = names[i % len(names)]
+        entries = KINDS[kind](api, model, PROMPTS[i // len(names) % len(PROMPTS)])
+        past = [(tid, text) for tid, text in entries if tid >= PIECES]
+        assert past, f"request {i} ({kind}): no id past the tokenizer's {PIECES} pieces in {entries}"
+        assert all(text == "" for _, text in past), f"request {i} ({kind}): {past}"
+        answered[kind] += 1
+        padded += len(past)
+    return answered, padded
+
+
 # --- the tests -----------------------------------------------------------------------------------
 
 
@@ -243,24 +266,13 @@ def test_pack_answers_logprobs(serve_env: ServeEnv, sp_model: Path, tmp_path: Pa
         name="TP 1 with the overlay, SentencePiece tokenizer",
     )
     start = time.monotonic()
-    answered: dict[str, int] = dict.fromkeys(KINDS, 0)
-    padded = 0
     with logs_on_failure(fixed), fixed:
         checks = list(CHECK_LINE.finditer(fixed.text()))
         assert checks, "no runtime check line: the pack is not in this server"
         for m in checks:
             assert "logprobs-decode-guard" in m["fixes"].split(", "), m[0]
-        api = client(fixed)
         sent = time.monotonic()
-        names = list(KINDS)
-        for i in range(REQUESTS):
-            kind = names[i % len(names)]
-            entries = KINDS[kind](api, sp_model, PROMPTS[i // len(names) % len(PROMPTS)])
-            past = [(tid, text) for tid, text in entries if tid >= PIECES]
-            assert past, f"request {i} ({kind}): no id past the tokenizer's {PIECES} pieces in {entries}"
-            assert all(text == "" for _, text in past), f"request {i} ({kind}): {past}"
-            answered[kind] += 1
-            padded += len(past)
+        answered, padded = ask_all(fixed, sp_model)
         requests_s = time.monotonic() - sent
         assert health(fixed) == 200
         log = fixed.text()
@@ -273,3 +285,40 @@ def test_pack_answers_logprobs(serve_env: ServeEnv, sp_model: Path, tmp_path: Pa
         f"{padded} logprob entries past the tokenizer's {PIECES} pieces; /health 200 after; "
         f"test {time.monotonic() - start:.1f} s"
     )
+
+
+# vLLM's own decode of logprob ids, run under the serve environment's interpreter (stock vLLM)
+DECODE = """
+import json, sys
+from vllm.tokenizers.detokenizer_utils import convert_ids_list_to_tokens
+from vllm.tokenizers.registry import get_tokenizer
+tok = get_tokenizer(sys.argv[1])
+entry = {"fast": tok.is_fast, "len": len(tok)}
+try:
+    entry["tokens"] = convert_ids_list_to_tokens(tok, [5, len(tok), 1023])
+except Exception as exc:
+    entry["error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(entry))
+"""
+
+
+def test_fast_tokenizer_control(serve_env: ServeEnv, tiny_model: Path, sp_model: Path) -> None:
+    """The control, without a third server: stock vLLM's convert_ids_list_to_tokens (the frame that
+    raises above) given ids past the vocabulary decodes them to "" with the other serve tests' fast
+    (byte-level) tokenizer, and raises sentencepiece's IndexError with this one."""
+    found = {}
+    for name, model in (("fast", tiny_model), ("sentencepiece", sp_model)):
+        done = subprocess.run(
+            [str(serve_env.python), "-c", DECODE, str(model)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=vllm_environ(serve_env.bin, 1),
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        found[name] = json.loads(done.stdout.strip().splitlines()[-1])  # vLLM logs to stdout too
+    fast, slow = found["fast"], found["sentencepiece"]
+    assert fast["fast"] and fast["len"] < 1023 and fast["tokens"][1:] == ["", ""], fast
+    assert not slow["fast"] and slow["len"] == PIECES, slow
+    assert slow.get("error") == "IndexError: OUT_OF_RANGE: piece id is out of range.", slow
+    print(f"serve: ids past the vocabulary, stock vLLM's decode: {found}")
