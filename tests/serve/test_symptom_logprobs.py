@@ -14,7 +14,6 @@ API server shuts itself down.
   requests of four kinds (completions with ``logprobs: 0``, the same streamed, chat with
   ``top_logprobs``, completions with ``prompt_logprobs``), each carrying ids past the tokenizer's
   pieces in its logprobs, all answered; ``/health`` 200 after.
-
 - The control, without a third server: stock vLLM's ``convert_ids_list_to_tokens`` decodes ids
   past the vocabulary to "" with a fast (byte-level) tokenizer (the other serve tests' tiny model),
   and raises with this one.
@@ -45,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 REQUESTS = 32  # 8 of each kind, one per prompt
 MAX_TOKENS = 16
 TOP = 5
-EXIT_TIMEOUT = 120.0  # from the server's start until every process of it has ended on its own
+EXIT_TIMEOUT = 120.0  # after the 500, for every process of the stock server to end on its own
 PROMPTS = [
     "Hello world, the tiny cat",
     "The model server answers the request",
