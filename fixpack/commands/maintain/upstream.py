@@ -198,12 +198,13 @@ def _applied(fix: Fix, profile: Profile, edits: dict[str, list[str]],
 def _judge(fix: Fix, profile: Profile, run: Run, applied: FixStanding | None,
            repos: dict[str, tuple[Repo, str]], scratch: Scratch, pool: ProofPool) -> FixStanding:
     outcome = run.outcome
+    if applied is not None and outcome is ProofOutcome.BUG_PRESENT:
+        return FixStanding(fix.id, Standing.STILL_NEEDED, f"{run.tail(1).strip()}; yet {applied.detail} "
+                           "(reverted since, or broken again?)", applied.commit, outcome)
     if applied is not None:
         applied.proof = outcome
-        applied.detail += {
-            ProofOutcome.PASSES: "; its proof passes there",
-            ProofOutcome.BUG_PRESENT: f"; yet its proof fails there: {run.tail(1)}",
-        }.get(outcome, f"; its proof cannot run there: {_error_line(run)}")
+        applied.detail += ("; its proof passes there" if outcome is ProofOutcome.PASSES
+                           else f"; its proof cannot run there: {_error_line(run)}")
         return applied
     if outcome is ProofOutcome.BUG_PRESENT:
         return FixStanding(fix.id, Standing.STILL_NEEDED, run.tail(1).strip(), proof=outcome)
@@ -271,12 +272,13 @@ def _first_passing(fix: Fix, profile: Profile, dist: str, paths: list[str], foun
 def recorded_contradictions(fix: Fix, profile: Profile, sources: dict[str, Path]) -> list[str]:
     """What the pinned tree's git history says against the fix's ``[upstream]`` fields: verify has
     already shown the bug is there (its proof fails on the pristine tree), so the fix cannot be in
-    the pinned release's history, as ``applied-upstream`` or ``origin`` naming a commit of it, or
-    as a commit with the fix's own patch id; and a ``regressed-in`` release must be in it. A tree
-    that is not a git work tree with the pinned commit is not checked."""
+    the pinned release's history, as ``applied-upstream`` or ``origin`` naming a commit of it; and
+    a ``regressed-in`` release must be in that history. (A commit of it with the fix's own patch id
+    is no contradiction: the bug is there, so it was reverted or broken again.) A tree that is not
+    a git work tree with the pinned commit is not checked."""
     up = fix.upstream
     out = []
-    for dist, paths in _dists(fix, profile).items():
+    for dist in _dists(fix, profile):
         tree = sources.get(dist)
         repo = Repo.of(tree) if tree is not None else None
         pin = next(p for p in profile.pins if p.dist == dist)
@@ -295,9 +297,4 @@ def recorded_contradictions(fix: Fix, profile: Profile, sources: dict[str, Path]
             elif not repo.is_ancestor(lost, pinned):
                 out.append(f"upstream: regressed-in {up.regressed_in} is not in the pinned {dist} {pinned[:12]}'s "
                            "history: the release pinned did not lose the fix there")
-        want = patch_id(_fix_diff(fix, profile, paths), repo.root)
-        commit = repo.patch_ids(pinned, paths).get(want or "")
-        if commit:
-            out.append(f"upstream: {commit[:12]} in the pinned {dist}'s history has the fix's own diff "
-                       "(the same git patch-id): the release already has it")
     return out
