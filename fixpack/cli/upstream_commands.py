@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import click
 
 from ..errors import FixpackError
 from . import render
+from .maintainer import JOBS, _proofs_can_run
 from .options import JSON, catalog, guard
 from .options import sources as parse_sources
 
@@ -31,9 +30,7 @@ def _error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
     help="The upstream tree to look at, in repository layout: vllm-gaudi=DIR (a git clone or work tree for the "
     "history searches); vllm=DIR for the proofs that run vLLM's code.",
 )
-@click.option(
-    "--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 2, show_default="the cores", help="Proofs run at once."
-)
+@JOBS
 @JSON
 @guard(_error)
 def upstream(fixes: tuple[str, ...], profile: str | None, sources: tuple[str, ...], jobs: int, as_json: bool) -> int:
@@ -45,8 +42,6 @@ def upstream(fixes: tuple[str, ...], profile: str | None, sources: tuple[str, ..
     The trees are copied to a scratch folder and never written. Exits 0 once the report is made.
     """
     from ..commands.maintain.upstream import upstream as run
-    from .maintainer import _proofs_can_run
-
     _proofs_can_run()
     report = run(catalog(), fixes, profile, parse_sources(sources), jobs)
     if as_json:
