@@ -1,0 +1,59 @@
+"""fixpack upstream on the real vllm-gaudi history: v0.26.0, v0.27.0rc0 and main at 091bbadd, each
+with vLLM 0.26.0 (FIXPACK_SRC_VLLM). Every fix of the pack is reported; on each tree, every fix's
+proof runs and shows its bug (a reading of main 091bbadd found every one of these bugs still there).
+About 30 s a tree on 2 cores (20 proofs, 2 at a time)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from builders import run_cli
+
+from fixpack.cookbook.catalog import Catalog
+
+pytestmark = pytest.mark.realtree
+
+MIRROR = Path("/work/.mirror/vllm-project+vllm-gaudi/repo")
+MAIN = "091bbadda10bee4fd3f6d0efc1844d2610dd2707"
+
+
+def _history() -> str | None:
+    """A vllm-gaudi clone with the tags and main: the mirror, else FIXPACK_SRC_VLLM_GAUDI's own."""
+    for src in (str(MIRROR), os.environ.get("FIXPACK_SRC_VLLM_GAUDI", "")):
+        if src and subprocess.run(["git", "-C", src, "cat-file", "-e", f"{MAIN}^{{commit}}"],
+                                  capture_output=True, check=False).returncode == 0:
+            return src
+    return None
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory) -> Path:
+    src = _history()
+    if src is None:
+        pytest.skip(f"no vllm-gaudi clone with main {MAIN[:8]}: neither {MIRROR} nor FIXPACK_SRC_VLLM_GAUDI has it")
+    if not os.environ.get("FIXPACK_SRC_VLLM"):
+        pytest.skip("FIXPACK_SRC_VLLM is unset: the proofs run vLLM 0.26.0's code")
+    dest = tmp_path_factory.mktemp("upstream") / "vllm-gaudi"
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", src, str(dest)], check=True)
+    return dest
+
+
+@pytest.mark.parametrize("ref", ["v0.26.0", "v0.27.0rc0", MAIN])
+def test_upstream_on_the_real_history(clone, ref):
+    subprocess.run(["git", "-C", str(clone), "-c", "advice.detachedHead=false", "checkout", "-q", ref], check=True)
+    r = run_cli("upstream", "--profile", "v0.26.0", "--json", "--jobs", "2",
+                "--source", f"vllm-gaudi={clone}", "--source", f"vllm={os.environ['FIXPACK_SRC_VLLM']}", timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    profile = Catalog.load().profile("v0.26.0")
+    assert [f["id"] for f in out["fixes"]] == list(profile.pack)
+    gaudi = {t["dist"]: t for t in out["trees"]}["vllm-gaudi"]
+    assert gaudi["base"] == ("b059f9c95d6a07f19eb00aa06d1ec8b87b296437" if ref == "v0.26.0"
+                             else "b8b78dabbae6bc0641dbebfe5b2c747b98a52c0e")  # where main left the release
+    # Every proof runs on each tree with vLLM 0.26.0 and shows its bug: none is fixed or applied upstream.
+    assert {f["id"]: f["standing"] for f in out["fixes"]} == dict.fromkeys(profile.pack, "still-needed"), out
+    assert all(f["proof"] == "bug-present" for f in out["fixes"])
