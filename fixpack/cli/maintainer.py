@@ -301,9 +301,22 @@ NEW_SOURCE = click.option(
 @SOURCE
 @JSON
 @SITE
+@click.option(
+    "--from-commit",
+    "from_commit",
+    nargs=2,
+    type=(click.Path(exists=True, file_okay=False, path_type=Path), str),
+    metavar="DIR REV",
+    help="Make the fix from an upstream commit (REV, or BASE..TIP) of the git repository DIR instead: its files "
+    "under the pinned packages, ported to the --source tree of the release; origin is the commit.",
+)
 @guard(_ok_error)
-def record(fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: bool, site: Path | None) -> int:
-    """Write fixes/NEW-ID/ from the hand edits of the installed files.
+def record(
+    fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: bool, site: Path | None,
+    from_commit: tuple[Path, str] | None,
+) -> int:
+    """Write fixes/NEW-ID/ from the hand edits of the installed files (or, with --from-commit, from
+    an upstream commit).
 
     Edits are found through RECORD hashes (pip installs) or the checkout (editable installs); the
     pristine bytes come from --source or the editable install's git HEAD. What fixpack applied
@@ -312,7 +325,12 @@ def record(fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: 
     from ..commands.maintain.record import record as run
 
     book = catalog()
-    done = run(book, fix_id, book.default_profile(profile).name, site, parse_sources(sources))
+    if from_commit:  # issue 41: a fix from an upstream commit
+        from ..commands.maintain.from_commit import record_commit
+
+        done = record_commit(book, fix_id, book.default_profile(profile).name, *from_commit, parse_sources(sources))
+    else:
+        done = run(book, fix_id, book.default_profile(profile).name, site, parse_sources(sources))
     if as_json:
         render.dump(
             {

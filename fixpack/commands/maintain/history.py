@@ -57,6 +57,20 @@ class Repo:
         top = Path(done.stdout.decode().strip())
         return Repo(tree) if top.resolve() == tree.resolve() else None
 
+    @staticmethod
+    def at(path: Path) -> Repo | None:
+        """Any git repository at ``path``: a work tree, or a bare clone such as a mirror."""
+        return Repo(path) if _git(["rev-parse", "--git-dir"], path).returncode == 0 else None
+
+    def show(self, rev: str, path: str) -> bytes | None:
+        """The bytes of ``path`` at ``rev``, None where it has no such file."""
+        done = _git(["show", f"{rev}:{path}"], self.root)
+        return done.stdout if done.returncode == 0 else None
+
+    def parent(self, rev: str) -> str | None:
+        """A commit's first parent: for a merge, the main line it was merged into."""
+        return self.commit(f"{rev}^1")
+
     def _out(self, *args: str) -> str | None:
         done = _git(list(args), self.root)
         return done.stdout.decode().strip() if done.returncode == 0 else None
@@ -106,11 +120,6 @@ class Repo:
             pid, _, commit = line.partition(" ")
             ids.setdefault(pid, commit)  # newest first: keep the first commit that has it
         return ids
-
-    def diff(self, base: str, tip: str, paths: Sequence[str]) -> bytes:
-        """``git diff --full-index`` of ``paths`` between two commits."""
-        done = _git(["diff", "--full-index", "--no-renames", "--no-color", base, tip, "--", *paths], self.root)
-        return done.stdout if done.returncode == 0 else b""
 
     def changed(self, base: str, tip: str) -> list[str]:
         out = self._out("diff", "--name-only", "--no-renames", base, tip)
