@@ -194,11 +194,30 @@ def _coverage_can_run() -> None:
     is_flag=True,
     help="End each mbox message with Signed-off-by: the author (--author, else git's identity; it must be one).",
 )
+@click.option(
+    "--check-style",
+    is_flag=True,
+    help="Instead of printing the patches: apply each to its --source tree and run upstream's yapf and ruff "
+    "(the versions and configuration of the tree's .pre-commit-config.yaml) on the files it touches; "
+    "exits 1 when a fix fails.",
+)
+@SOURCE
+@JSON
 @guard(_ok_error)
-def diff(fixes: tuple[str, ...], profile: str | None, fmt: str, dist: str | None, author: str, signoff: bool) -> int:
+def diff(
+    fixes: tuple[str, ...], profile: str | None, fmt: str, dist: str | None, author: str, signoff: bool,
+    check_style: bool, sources: tuple[str, ...], as_json: bool,
+) -> int:
     """Fixes as patches for upstream: a unified diff, an mbox that git am takes at the pinned commit
     (the cookbook's facts below each message's --- line), or the title and body of each fix's PR."""
     from ..commands.maintain.diff import export
+
+    if check_style:  # issue 41: upstream's style checks on each patched tree
+        from .upstream_commands import style_check
+
+        return style_check(fixes, profile, dist, parse_sources(sources), as_json)
+    if as_json or sources:
+        raise UsageError("--json and --source go with --check-style")
 
     done = export(catalog(), fixes, profile, fmt, dist, author, signoff)
     notes = list(done.notes)
