@@ -8,10 +8,10 @@ hook's ``files``/``exclude`` and the top-level ``exclude``. They run in check mo
 ``--in-place``, no ``--fix``) as pre-commit runs them: from the tree's root, on paths relative to
 it, ruff with ``--force-exclude``.
 
-A fix is judged on its own lines: each of its files is checked before it (the pristine file with
-the fixes before it in the plan) and after it. yapf fails the fix when it would reformat a line the
-fix adds or the file passed before; ruff when a problem is on a line the fix adds or is new (its
-code and message not found before). What the file already had is not the fix's.
+A fix is judged on what it brings: each of its files is checked before it (the pristine file with
+the fixes before it in the plan) and after it, and the fix fails when a tool says more of the file
+after it than before (compared by what is said, not where, since lines move: a line yapf would
+rewrite, a ruff code and message). What the file already had is not the fix's.
 
 The pinned tools come from the package index into a virtual environment of their own, made once
 under the user's cache (``$FIXPACK_TOOLS``, else ``$XDG_CACHE_HOME/fixpack/tools``, else
@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,26 +215,27 @@ class _Runner:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content)
 
-    def yapf(self, path: str, content: bytes) -> set[int] | None:
-        """The lines yapf would change (None: it leaves the file as it is)."""
+    def yapf(self, path: str, content: bytes) -> list[tuple[int, str, str]]:
+        """What yapf would change: (line, "-" or "+", text) for each line it would remove or add
+        (an added line at the line it goes before); empty when it leaves the file as it is."""
         if ("yapf", path, content) not in self._seen:
             self._seen["yapf", path, content] = self._yapf(path, content)
         return self._seen["yapf", path, content]  # type: ignore[no-any-return]
 
-    def _yapf(self, path: str, content: bytes) -> set[int] | None:
+    def _yapf(self, path: str, content: bytes) -> list[tuple[int, str, str]]:
         self._put(path, content)
         done = subprocess.run([str(self.python), "-m", "yapf", path], cwd=self.work, capture_output=True, check=False)
         if done.returncode != 0:
             raise EnvironmentProblem(f"yapf failed on {path}: {done.stderr.decode(errors='replace').strip()[-300:]}")
         if done.stdout == content:
-            return None
+            return []
         old = content.decode(patch.ENC, patch.ERRORS).splitlines()
         new = done.stdout.decode(patch.ENC, patch.ERRORS).splitlines()
-        lines: set[int] = set()
-        for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
-            if tag != "equal":
-                lines.update(range(i1 + 1, i2 + 1) if i2 > i1 else (i1, i1 + 1))
-        return lines
+        out = []
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+            out += [(i + 1, "-", old[i]) for i in range(i1, i2) if tag != "equal"]
+            out += [(i1 + 1, "+", new[k]) for k in range(j1, j2) if tag != "equal"]
+        return out
 
     def ruff(self, path: str, content: bytes) -> list[tuple[int, str, str]]:
         """Each problem ruff finds: (line, code, message)."""
@@ -256,6 +258,19 @@ class _Runner:
         return [(p["location"]["row"], p.get("code") or "", p["message"]) for p in found]
 
 
+def _own(found: list[tuple[int, str, str]], before: list[tuple[int, str, str]], added: set[int]) -> list[int]:
+    """The lines of what a tool says of the patched file that it did not say of the file before
+    (by what it says, not where: lines move), those on the fix's own lines counted first as new."""
+    known = Counter((a, b) for _, a, b in before)
+    out = []
+    for line, a, b in sorted(found, key=lambda f: f[0] in added):
+        if known[a, b]:
+            known[a, b] -= 1
+        else:
+            out.append(line)
+    return sorted(out)
+
+
 def _judge(runner: _Runner, hooks_: list[Hook], top_exclude: str, path: str,
            before: bytes | None, after: bytes | None) -> FileStyle:
     style = FileStyle(path)
@@ -265,20 +280,17 @@ def _judge(runner: _Runner, hooks_: list[Hook], top_exclude: str, path: str,
             style.checks.setdefault(hook.tool, "not-run")
             continue
         if hook.tool == "yapf":
-            now = runner.yapf(path, after)
-            was = runner.yapf(path, before) if before is not None else None
-            mine = sorted(now & added) if now else []
-            fails = bool(now) and (was is None or bool(mine))
-            if fails:
-                where = f"lines {_ranges(mine)}" if mine else "the file, which passed before"
-                style.problems.append(f"yapf {hook.version} would reformat {where}")
+            found = runner.yapf(path, after)
+            mine = _own(found, runner.yapf(path, before) if before is not None else [], added)
+            if mine:
+                at = _ranges(sorted(set(mine)))
+                style.problems.append(f"yapf {hook.version} would reformat {path} at lines {at}")
         else:
             found = runner.ruff(path, after)
-            known = {(code, msg) for _, code, msg in (runner.ruff(path, before) if before is not None else [])}
-            own = [p for p in found if p[0] in added or (p[1], p[2]) not in known]
-            fails = bool(own)
-            style.problems += [f"ruff {hook.version}: {path}:{line}: {code} {msg}" for line, code, msg in own]
-        style.checks[hook.tool] = "fails" if fails else "passes"
+            mine = _own(found, runner.ruff(path, before) if before is not None else [], added)
+            style.problems += [f"ruff {hook.version}: {path}:{line}: {code} {msg}"
+                               for line, code, msg in found if line in mine]
+        style.checks[hook.tool] = "fails" if mine else "passes"
     return style
 
 
@@ -357,4 +369,7 @@ def check_style(
             hooks_, top = configs[pc.dist]
             report.files.append(_judge(runners[pc.dist], hooks_, top, path, before, after))
     ordered = [reports[(f.id, d)] for f in plan.fixes for d in dists if (f.id, d) in reports]
+    for report in ordered:
+        if not report.note and all(w == "not-run" for fs in report.files for w in fs.checks.values()):
+            report.note = "not checked: the tree's hooks leave its files out (their files/exclude patterns)"
     return StyleReport(profile.name, pins, ordered)
