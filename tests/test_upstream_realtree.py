@@ -57,3 +57,34 @@ def test_upstream_on_the_real_history(clone, ref):
     # Every proof runs on each tree with vLLM 0.26.0 and shows its bug: none is fixed or applied upstream.
     assert {f["id"]: f["standing"] for f in out["fixes"]} == dict.fromkeys(profile.pack, "still-needed"), out
     assert all(f["proof"] == "bug-present" for f in out["fixes"])
+
+
+def test_the_packs_recorded_upstream_fields_agree_with_the_pinned_clone():
+    """What verify checks of [upstream] on the real pack: regressed-in (structured-output-rows'
+    v0.24.0rc0) in v0.26.0's history; origin (fp8-moe-gather's PR #1731, structured-output-rows'
+    #1466) not in it, where the clone has the PR refs (refs/pull/*: a plain clone has not)."""
+    from fixpack.commands.maintain.history import Repo
+    from fixpack.commands.maintain.upstream import recorded_contradictions
+
+    gaudi = os.environ.get("FIXPACK_SRC_VLLM_GAUDI")
+    if not gaudi or Repo.of(Path(gaudi)) is None:
+        pytest.skip("FIXPACK_SRC_VLLM_GAUDI is not a vllm-gaudi git work tree")
+    book = Catalog.load()
+    profile = book.profile("v0.26.0")
+    repo = Repo.of(Path(gaudi))
+    assert repo is not None
+    if repo.commit("v0.24.0rc0") is None:
+        pytest.skip(f"{gaudi} has no tag v0.24.0rc0 (a clone without tags)")
+    sources = {"vllm-gaudi": Path(gaudi)}
+    assert {f: recorded_contradictions(book.fixes[f], profile, sources) for f in profile.pack} == {
+        f: [] for f in profile.pack
+    }
+    # and the check has teeth on this history: a regressed-in after the pinned release is refused
+    from dataclasses import replace
+
+    fix = book.fixes["structured-output-rows"]
+    later = replace(fix, upstream=replace(fix.upstream, regressed_in="v0.27.0rc0"))
+    assert recorded_contradictions(later, profile, sources) == [
+        "upstream: regressed-in v0.27.0rc0 is not in the pinned vllm-gaudi b059f9c95d6a's history: "
+        "the release pinned did not lose the fix there"
+    ]
