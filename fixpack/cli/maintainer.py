@@ -213,7 +213,7 @@ def diff(
     from ..commands.maintain.diff import export
 
     if check_style:  # issue 41: upstream's style checks on each patched tree
-        from .upstream_commands import style_check
+        from .check_style import style_check
 
         return style_check(fixes, profile, dist, parse_sources(sources), as_json)
     if as_json or sources:
