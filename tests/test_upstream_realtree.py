@@ -59,6 +59,20 @@ def test_upstream_on_the_real_history(clone, ref):
     assert all(f["proof"] == "bug-present" for f in out["fixes"])
 
 
+def test_upstream_finds_the_commit_that_fixed_a_regression_first(clone):
+    """structured-output-rows is a regression: fixed on v0.21.0 by 1e9ce8b6 (#1466), lost from
+    v0.24.0rc0 on (its fix.toml says so). On v0.21.0 its proof passes, and bisection finds that
+    commit; prompt-order's proof cannot run on that older runner, and says why."""
+    subprocess.run(["git", "-C", str(clone), "-c", "advice.detachedHead=false", "checkout", "-q", "v0.21.0"],
+                   check=True)
+    r = run_cli("upstream", "structured-output-rows", "prompt-order", "--profile", "v0.26.0", "--json",
+                "--jobs", "2", "--source", f"vllm-gaudi={clone}", "--source", f"vllm={os.environ['FIXPACK_SRC_VLLM']}")
+    assert r.returncode == 0, r.stderr
+    rows, order = json.loads(r.stdout)["fixes"]
+    assert (rows["standing"], rows["commit"]) == ("fixed-upstream", "1e9ce8b6385d7dfc83b7b47cf4c7375b971d8d27")
+    assert (order["standing"], order["proof"]) == ("cannot-tell", "error")
+    assert "MultiGroupBlockTable.__init__() missing 1 required positional argument" in order["detail"]
+
 def test_the_packs_recorded_upstream_fields_agree_with_the_pinned_clone():
     """What verify checks of [upstream] on the real pack: regressed-in (structured-output-rows'
     v0.24.0rc0) in v0.26.0's history; origin (fp8-moe-gather's PR #1731, structured-output-rows'

@@ -92,7 +92,8 @@ def test_each_standing_on_a_clone(cli, cookbook, history):
         "swap-count": ("cannot-tell", None),
     }
     assert "sample(2) returned 2" in got["doubling"]["detail"]
-    assert "Fix f5" in got["runner-f5"]["detail"]
+    assert f"it first passes at {c['f5'][:12]} Fix f5 (bisected over the main line's commits that change its files" \
+        in got["runner-f5"]["detail"]
     assert "its proof passes there" in got["runner-f9"]["detail"]
     assert "'swap' not found" in got["swap-count"]["detail"]  # the error that kept it from running
     assert got["swap-count"]["proof"] == "error"
@@ -120,7 +121,8 @@ def test_fixed_by_a_commit_outside_the_fixs_files(cli, cookbook, history):
     out = upstream_json(cli, "helper", "--source", f"vllm-gaudi={repo}")
     (helper,) = out["fixes"]
     assert (helper["standing"], helper["commit"]) == ("fixed-upstream", c["helper"])
-    assert "the first commit of the main line where it passes" in helper["detail"]
+    assert "it first passes at" in helper["detail"]
+    assert "(bisected over every commit of the main line since" in helper["detail"]
 
 
 def test_on_the_pinned_tree_and_without_history(cli, cookbook, history, tmp_path):

@@ -51,7 +51,7 @@ def upstream(fixes: tuple[str, ...], profile: str | None, sources: tuple[str, ..
     render.notes(report.notes)
     for tree in report.trees:
         where = f"HEAD {tree.head[:12]}" if tree.head else "not a git work tree"
-        left = f", left release {report.release} at {tree.base[:12]}" if tree.base else ""
+        left = f", merge base with release {report.release}'s pin {tree.base[:12]}" if tree.base else ""
         print(f"{tree.dist}: {tree.path} ({where}{left})")
     width = max((len(f.fix) for f in report.fixes), default=0)
     for f in report.fixes:

@@ -238,10 +238,13 @@ def _first_passing(fix: Fix, profile: Profile, dist: str, paths: list[str], foun
             return pool.run(script, scratch.trees({**scratch.pristine, dist: Path(tmp)})).outcome
 
     if passes(base) is ProofOutcome.PASSES:
-        standing.detail += f"; it passes at {base[:12]} already, where the tree left the pinned release"
+        standing.detail += f"; it passes already at {base[:12]}, the tree's merge base with the pinned release"
         return
-    for candidates, scope in ((repo.first_parents(base, "HEAD", paths), "that change its files"),
-                              (repo.first_parents(base, "HEAD"), "")):
+    searches = (
+        (repo.first_parents(base, "HEAD", paths), "the main line's commits that change its files"),
+        (repo.first_parents(base, "HEAD"), "every commit of the main line"),
+    )
+    for candidates, scope in searches:
         if not candidates or passes(candidates[-1]) is not ProofOutcome.PASSES:
             continue
         lo, hi, skipped = -1, len(candidates) - 1, 0
@@ -258,9 +261,8 @@ def _first_passing(fix: Fix, profile: Profile, dist: str, paths: list[str], foun
                 skipped += 1
         standing.commit = candidates[hi]
         subject, _ = repo.message(candidates[hi])
-        among = f"of the main line {scope}" if scope else "of the main line"
-        standing.detail += (f"; the first commit {among} where it passes: {candidates[hi][:12]} {subject} "
-                            f"({runs} proof runs")
+        standing.detail += (f"; it first passes at {candidates[hi][:12]} {subject} (bisected over {scope} "
+                            f"since {base[:12]}: {runs} proof runs")
         standing.detail += f", {skipped} commits skipped where it cannot run)" if skipped else ")"
         return
     standing.detail += "; no commit of the main line since the pinned release was found where it passes"
