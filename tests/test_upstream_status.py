@@ -156,6 +156,8 @@ def test_upstream_human_report_and_bad_input(cli, cookbook, history):
     assert "fixpack upstream: profile v0.26.0: 1 applied-upstream" in r.stdout
     r = cli("upstream", "runner-f99", "--source", f"vllm-gaudi={repo}")
     assert r.exit_code == 2 and "unknown fix 'runner-f99'" in r.output
+    r = cli("upstream", "--source", f"vllm-gaudi={repo / '.git'}")  # a git dir, not a work tree
+    assert r.exit_code == 2 and "it has no vllm_gaudi/ (a tree in repository layout" in r.output
     r = cli("upstream", "--source", f"vllm-hpu={repo}")
     assert r.exit_code == 2 and "--source vllm-hpu: profile v0.26.0 pins" in r.output
 

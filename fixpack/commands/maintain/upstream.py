@@ -137,6 +137,10 @@ def upstream(
         raise UsageError(f"--source {stray[0]}: profile {profile.name} pins {', '.join(sorted(pinned))}")
     if not sources:
         raise UsageError("give the tree to look at: --source vllm-gaudi=DIR (and --source vllm=DIR)")
+    for pin in profile.pins:
+        if pin.dist in sources and not (sources[pin.dist] / pin.package).is_dir():
+            raise UsageError(f"--source {pin.dist}={sources[pin.dist]}: it has no {pin.package}/ "
+                             "(a tree in repository layout, such as a clone's work tree)")
     fixes = [catalog.fix(f) for f in fix_ids] if fix_ids else [catalog.fixes[f] for f in profile.pack]
     for fix in fixes:
         if profile.release not in fix.changes:
