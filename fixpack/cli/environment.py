@@ -17,6 +17,7 @@ VARIABLES = {
     "FIXPACK_RUNTIME_CHECK": "in vLLM processes: stop (default), warn or off",
     "FIXPACK_AGREE_TIMEOUT": "in vLLM processes: seconds a rank waits for the others (default 120)",
     "FIXPACK_PROOF_FORK": "0: each proof in a fresh interpreter (verify, port)",
+    "FIXPACK_TOOLS": "where diff --check-style keeps upstream's style tools (default ~/.cache/fixpack/tools)",
 }
 # read by fixpack, never set by a user: the README's table says so, the help leaves them out
 TESTS_ONLY = ("FIXPACK_CRASH_AFTER",)

@@ -28,6 +28,8 @@ COMMANDS = {
     "record": "maintainer:record",
     "port": "maintainer:port",
     "recipe": "recipe_commands:recipe",
+    # -- upstreaming (issue 41) --
+    "upstream": "upstream_commands:upstream",
 }
 
 

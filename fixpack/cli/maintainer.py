@@ -194,11 +194,30 @@ def _coverage_can_run() -> None:
     is_flag=True,
     help="End each mbox message with Signed-off-by: the author (--author, else git's identity; it must be one).",
 )
+@click.option(
+    "--check-style",
+    is_flag=True,
+    help="Instead of printing the patches: apply each to its --source tree and run upstream's yapf and ruff "
+    "(the versions and configuration of the tree's .pre-commit-config.yaml) on the files it touches; "
+    "exits 1 when a fix fails.",
+)
+@SOURCE
+@JSON
 @guard(_ok_error)
-def diff(fixes: tuple[str, ...], profile: str | None, fmt: str, dist: str | None, author: str, signoff: bool) -> int:
+def diff(
+    fixes: tuple[str, ...], profile: str | None, fmt: str, dist: str | None, author: str, signoff: bool,
+    check_style: bool, sources: tuple[str, ...], as_json: bool,
+) -> int:
     """Fixes as patches for upstream: a unified diff, an mbox that git am takes at the pinned commit
     (the cookbook's facts below each message's --- line), or the title and body of each fix's PR."""
     from ..commands.maintain.diff import export
+
+    if check_style:  # issue 41: upstream's style checks on each patched tree
+        from .check_style import style_check
+
+        return style_check(fixes, profile, dist, parse_sources(sources), as_json)
+    if as_json or sources:
+        raise UsageError("--json and --source go with --check-style")
 
     done = export(catalog(), fixes, profile, fmt, dist, author, signoff)
     notes = list(done.notes)
@@ -301,9 +320,22 @@ NEW_SOURCE = click.option(
 @SOURCE
 @JSON
 @SITE
+@click.option(
+    "--from-commit",
+    "from_commit",
+    nargs=2,
+    type=(click.Path(exists=True, file_okay=False, path_type=Path), str),
+    metavar="DIR REV",
+    help="Make the fix from an upstream commit (REV, or BASE..TIP) of the git repository DIR instead: its files "
+    "under the pinned packages, ported to the --source tree of the release; origin is the commit.",
+)
 @guard(_ok_error)
-def record(fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: bool, site: Path | None) -> int:
-    """Write fixes/NEW-ID/ from the hand edits of the installed files.
+def record(
+    fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: bool, site: Path | None,
+    from_commit: tuple[Path, str] | None,
+) -> int:
+    """Write fixes/NEW-ID/ from the hand edits of the installed files (or, with --from-commit, from
+    an upstream commit).
 
     Edits are found through RECORD hashes (pip installs) or the checkout (editable installs); the
     pristine bytes come from --source or the editable install's git HEAD. What fixpack applied
@@ -312,7 +344,12 @@ def record(fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: 
     from ..commands.maintain.record import record as run
 
     book = catalog()
-    done = run(book, fix_id, book.default_profile(profile).name, site, parse_sources(sources))
+    if from_commit:  # issue 41: a fix from an upstream commit
+        from ..commands.maintain.from_commit import record_commit
+
+        done = record_commit(book, fix_id, book.default_profile(profile).name, *from_commit, parse_sources(sources))
+    else:
+        done = run(book, fix_id, book.default_profile(profile).name, site, parse_sources(sources))
     if as_json:
         render.dump(
             {

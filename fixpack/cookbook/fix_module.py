@@ -21,6 +21,7 @@ __all__ = [
     "rendered_patch_name",
     "transforms_file",
     "skeleton",
+    "backport_skeleton",
     "release_table",
 ]
 
@@ -251,6 +252,18 @@ def skeleton(fix_id: str, release: str, on_top_of: list[str]) -> str:
         return text
     hint = f"# The diff was taken on top of {', '.join(on_top_of)} (fixpack had applied them): require what it needs.\n"
     return text.replace("requires = []", hint + "requires = []", 1)
+
+
+def backport_skeleton(fix_id: str, release: str, title: str, why: str, origin: str) -> str:
+    """``skeleton`` for a fix made from an upstream commit: its subject and message, and ``origin``
+    the commit (a backport is not forwarded: DEP-3's ``not-needed``)."""
+    text = skeleton(fix_id, release, [])
+    text = text.replace("title = \"TODO: one line, as the upstream commit's subject\"", f"title = {quote(title)}", 1)
+    start, end = text.index("why = '''"), text.index("requires = []")
+    body = f"why = '''\n{why.strip()}\n'''\n" if "'''" not in why else f"why = {quote(why.strip())}\n"
+    text = text[:start] + body + text[end:]
+    upstream = f'forwarded = "not-needed"\norigin = {quote(origin)}\nbug = []\nnote = ""\n'
+    return text.replace('status = "pending"\nforwarded = "no"\nbug = []\nnote = ""\n', upstream, 1)
 
 
 def release_table(release: str, cst_file: Path | None) -> str:

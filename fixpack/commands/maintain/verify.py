@@ -3,7 +3,8 @@
 For each profile and its release, on scratch copies of the ``--source`` trees (never the trees
 themselves): the locked fingerprints hold; the whole plan (every opt-in included) applies and
 compiles; reversing it gives back the exact pristine bytes; each fix's proof fails on the pristine
-tree and passes on the patched one; the metadata a maintainer needs is there. Every failure is
+tree and passes on the patched one; the metadata a maintainer needs is there, and its recorded
+``[upstream]`` fields agree with the pinned tree's git history (see ``upstream``). Every failure is
 collected, not just the first.
 """
 
@@ -23,6 +24,7 @@ from .coverage import FixCoverage, fix_lines, measured, rcfile
 from .mutants import FixMutants, mutate
 from .proofs import ProofPair, ProofPool, warm_up
 from .trees import Pack, Scratch
+from .upstream import recorded_contradictions
 
 __all__ = ["FixVerdict", "verify_profile", "junit"]
 
@@ -112,6 +114,7 @@ def verify_profile(
                 for fid in profile.pack}
     for fid in profile.pack:
         verdicts[fid].failures += _metadata_failures(catalog.fixes[fid])
+        verdicts[fid].failures += recorded_contradictions(catalog.fixes[fid], profile, sources)
     # Fingerprints: what lock would write now must equal what is locked.
     try:
         fresh = lock.fingerprints(catalog, profile, sources)
