@@ -40,11 +40,12 @@ from ...core.plan import chains as pack_chains
 from ...errors import UsageError
 from ...models import Change, Fingerprint, Fix, PortOutcome, Profile, ProofOutcome
 from ...site.commits import from_version_py
+from ...transforms import load_transforms  # the authors' API; libcst itself loads only when an edit runs
 from . import lock
 from .proofs import ProofPair, ProofPool, warm_up
 from .trees import Scratch
 
-if TYPE_CHECKING:  # libcst loads only when a transform runs
+if TYPE_CHECKING:
     from ...transforms import Transform
 
 __all__ = ["ChangeReport", "FixProof", "PortReport", "port"]
@@ -206,7 +207,7 @@ def _try(change: Change, before: bytes | None, transform: Transform | None) -> t
     if problem and rebuild.compile_error(path, before) is None:
         broken = f"applies, but the result does not compile: {problem}"
         return ChangeReport(fix, path, PortOutcome.CONFLICT, broken), before
-    report.patch = diff.render(path, before, after)
+    report.patch = diff.render(path, before, after, blobs=True)
     return report, after
 
 
@@ -249,8 +250,6 @@ def port(
     for fix in fixes:
         spec = transforms_file(Path(fix.source), from_release)
         if spec is not None:
-            from ...transforms import load_transforms
-
             transforms.update({(fix.id, t.path): t for t in load_transforms(spec)})
     reports: list[ChangeReport] = []
     ported: dict[str, bytes | None] = {}  # path -> the new tree's file with every change that ported
@@ -346,17 +345,25 @@ def _write(
             continue
         fix_dir = Path(fix.source)
         cst_file = transforms_file(fix_dir, result.from_release)
-        patch_file = fix_dir / (rendered_patch_name(release) if cst_file else f"{release}.patch")
-        patch_file.write_bytes("".join(r.patch for r in mine if r.outcome.ported).encode(diff.ENC, diff.ERRORS))
-        result.written.append(patch_file)
+        cst_paths = {t.path for t in load_transforms(cst_file)} if cst_file else set()
+        parts: dict[Path, str] = {}  # a transform's file to the rendered patch, the others to the diff
+        for r in mine:
+            if r.outcome.ported:
+                name = rendered_patch_name(release) if r.path in cst_paths else f"{release}.patch"
+                parts[fix_dir / name] = parts.get(fix_dir / name, "") + r.patch
+        for patch_file, text in parts.items():
+            patch_file.write_bytes(text.encode(diff.ENC, diff.ERRORS))
+            result.written.append(patch_file)
+        names = sorted(p.name for p in parts)
         if release in fix.changes:
-            result.notes.append(f"{fix.id}: fix.toml already has release {release}; only {patch_file.name} rewritten")
+            result.notes.append(f"{fix.id}: fix.toml already has release {release}; only {', '.join(names)} rewritten")
         else:
             with open(fix_dir / "fix.toml", "a", encoding="utf-8") as fh:
-                fh.write(release_table(release, cst_file))
+                rendered = cst_file if rendered_patch_name(release) in names else None
+                fh.write(release_table(release, rendered, f"{release}.patch" in names))
             result.written.append(fix_dir / "fix.toml")
         if any(r.outcome == "upstream" for r in mine):
-            result.notes.append(f"{fix.id}: some of its files are upstream already; {patch_file.name} leaves them out")
+            result.notes.append(f"{fix.id}: some of its files are upstream already; {', '.join(names)} leave them out")
         prints[fix.id] = {r.path: r.fingerprint for r in mine if r.fingerprint is not None}
     draft = Profile(release, release, profile.description, profile.pins, profile.pack, profile.opt_ins)
     result.written += lock.write(catalog, draft, prints)
