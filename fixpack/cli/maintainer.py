@@ -113,7 +113,7 @@ def verify(
     from ..commands.maintain.verify import verify_profile
 
     book = catalog()
-    chosen = [book.profile(p) for p in profiles] if profiles else list(book.profiles.values())
+    chosen = [book.profile(p) for p in profiles] if profiles else book.usable
     roots = parse_sources(sources)
     _proofs_can_run()
     if with_coverage:
@@ -146,6 +146,20 @@ def verify(
         if with_coverage:
             render.coverage_human(verdicts)
     return 0 if all(v.ok for v in verdicts) else 1
+
+
+def _resolutions(given: tuple[str, ...], fixes: tuple[str, ...]) -> dict[str, Path]:
+    if given and len(fixes) != 1:
+        raise UsageError("--resolved needs exactly one FIX: the fix whose merge it resolves")
+    out = {}
+    for item in given:
+        path, sep, file = item.partition("=")
+        if not sep or not path or not file:
+            raise UsageError(f"--resolved {item!r}: give PATH=FILE (vllm_gaudi/...=the resolved file)")
+        if not Path(file).is_file():
+            raise UsageError(f"--resolved {item!r}: {file} is not a file")
+        out[path] = Path(file)
+    return out
 
 
 def _proofs_can_run() -> None:
@@ -343,6 +357,14 @@ def record(fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: 
     metavar="NEW-RELEASE",
     help="Write the ported changes of the fixes still needed and a draft profile.",
 )
+@click.option(
+    "--resolved",
+    "resolved",
+    multiple=True,
+    metavar="PATH=FILE",
+    help="With one FIX: its change of PATH is FILE, a three-way merge's conflicts resolved by hand "
+    "(port --write leaves the merge next to the fix).",
+)
 @click.option("--no-proofs", is_flag=True, help="Do not run the proofs: only say whether each change applies.")
 @JOBS
 @JSON
@@ -353,6 +375,7 @@ def port(
     from_release: str,
     sources: tuple[str, ...],
     write: str | None,
+    resolved: tuple[str, ...],
     no_proofs: bool,
     jobs: int,
     as_json: bool,
@@ -367,13 +390,15 @@ def port(
 
     if not fixes and not profile:
         raise UsageError("give FIX ... or --profile NAME")
+    resolutions = _resolutions(resolved, fixes)
     if not no_proofs:
         _proofs_can_run()
-    result = run(catalog(), fixes, profile, from_release, parse_sources(sources), write, not no_proofs, jobs)
+    result = run(catalog(), fixes, profile, from_release, parse_sources(sources), write, not no_proofs, jobs,
+                 resolutions)
     if as_json:
         render.dump(result.to_json())
         render.notes(result.notes)
     else:
-        render.port_human(result, from_release, write)
+        render.port_human(result)
         render.port_proofs_human(result)
     return 0

@@ -301,7 +301,7 @@ def export(
     else:
         for f in fixes:
             catalog.fix(f)
-        holders = [p for p in catalog.profiles.values() if all(f in p.pack for f in fixes)]
+        holders = [p for p in catalog.usable if all(f in p.pack for f in fixes)]
         if not holders:
             raise UsageError("no profile has all of these fixes; give --profile")
         profile = holders[0]

@@ -122,6 +122,6 @@ def lock(root: Path, profile_name: str | None, sources: dict[str, Path]) -> tupl
     prof_file = root / "profiles" / f"{profile_name}.toml"
     changed = render_cst(root, load_profile(prof_file), sources) if prof_file.exists() else []
     catalog = Catalog.load(root)
-    profile = catalog.profile(profile_name)
+    profile = catalog.profile(profile_name, drafts=True)
     changed += write(catalog, profile, fingerprints(catalog, profile, sources))
     return profile, changed
