@@ -208,13 +208,25 @@ def _coverage_can_run() -> None:
     is_flag=True,
     help="End each mbox message with Signed-off-by: the author (--author, else git's identity; it must be one).",
 )
+@click.option(
+    "--onto",
+    "onto",
+    multiple=True,
+    metavar="DIST=DIR",
+    help="Export each fix as fixpack port carries it onto DIR, another tree of DIST (upstream main, a newer "
+    "tag): git am takes the series there; a fix that does not port is named and left out.",
+)
 @guard(_ok_error)
-def diff(fixes: tuple[str, ...], profile: str | None, fmt: str, dist: str | None, author: str, signoff: bool) -> int:
+def diff(
+    fixes: tuple[str, ...], profile: str | None, fmt: str, dist: str | None, author: str, signoff: bool,
+    onto: tuple[str, ...],
+) -> int:
     """Fixes as patches for upstream: a unified diff, an mbox that git am takes at the pinned commit
     (the cookbook's facts below each message's --- line), or the title and body of each fix's PR."""
     from ..commands.maintain.diff import export
 
-    done = export(catalog(), fixes, profile, fmt, dist, author, signoff)
+    trees = parse_sources(onto, "--onto") if onto else None
+    done = export(catalog(), fixes, profile, fmt, dist, author, signoff, onto=trees)
     notes = list(done.notes)
     if not profile:
         notes.insert(0, f"the fixes as profile {done.profile} has them (give --profile to choose another)")

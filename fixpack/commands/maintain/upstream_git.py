@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ...models import Pin
 
-__all__ = ["Merged", "merge", "pinned_file", "release_name"]
+__all__ = ["Merged", "head", "merge", "pinned_file", "release_name"]
 
 # The labels of git merge-file's conflict markers, in its order: current, base, other.
 LABELS = ("the new tree", "{release} (pristine)", "{fix}")
@@ -38,6 +38,11 @@ def release_name(tree: Path) -> str | None:
                 "refs/remotes")
     branch = next((r for r in (refs or "").splitlines() if r and r != "HEAD"), "")
     return f"{branch or 'commit'}-{sha}"
+
+
+def head(tree: Path) -> str | None:
+    """The commit a git tree is at (None: not a git tree)."""
+    return _git(tree, "rev-parse", "HEAD")
 
 
 def pinned_file(tree: Path, pin: Pin, path: str) -> bytes | None:
