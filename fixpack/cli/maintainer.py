@@ -347,6 +347,7 @@ def record(fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: 
                 "dir": str(done.fix_dir),
                 "files": [list(f) for f in done.files],
                 "on_top_of": done.on_top_of,
+                "requires": done.requires,
                 "notes": done.notes,
             }
         )

@@ -234,7 +234,7 @@ def transforms_file(fix_dir: Path, release: str) -> Path | None:
     return None if name is None else fix_dir / name
 
 
-def skeleton(fix_id: str, release: str, on_top_of: list[str]) -> str:
+def skeleton(fix_id: str, release: str, on_top_of: list[str], requires: list[str] | None = None) -> str:
     import textwrap  # record only; the catalog, on every apply, does not need it
 
     text = textwrap.dedent(
@@ -264,10 +264,13 @@ def skeleton(fix_id: str, release: str, on_top_of: list[str]) -> str:
         patch = "{release}.patch"
         """
     )
+    if requires:
+        text = text.replace("requires = []", f"requires = {quote(list(requires))}", 1)
     if not on_top_of:
         return text
-    hint = f"# The diff was taken on top of {', '.join(on_top_of)} (fixpack had applied them): require what it needs.\n"
-    return text.replace("requires = []", hint + "requires = []", 1)
+    hint = (f"# The diff was taken on top of {', '.join(on_top_of)} (fixpack had applied them): the edit sits "
+            "on their lines.\n")
+    return text.replace("requires = ", hint + "requires = ", 1)
 
 
 def release_table(release: str, cst_file: Path | None, diff: bool = True) -> str:
