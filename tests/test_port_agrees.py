@@ -206,3 +206,16 @@ def test_a_draft_profile_is_refused_until_its_pins_are_real_and_never_a_default(
     r = cli("diff", "f")
     assert r.exit_code == 0, r.output
     assert "the fixes as profile v0.26.0 has them" in r.stderr
+
+
+def test_resolved_needs_one_fix_and_a_file(cli, cookbook, tmp_path):
+    cookbook.fix("f", {"vllm_gaudi/runner.py": (RUNNER, REPLACED)})
+    cookbook.profile(["f"])
+    base = ["port", "--from", "v0.26.0", *port_args(cookbook.sources), "--no-proofs"]
+    for args, said in (
+        (["--profile", "v0.26.0", "--resolved", "vllm_gaudi/runner.py=x"], "needs exactly one FIX"),
+        (["f", "--resolved", "vllm_gaudi/runner.py"], "give PATH=FILE"),
+        (["f", "--resolved", f"vllm_gaudi/runner.py={tmp_path / 'absent'}"], "is not a file"),
+    ):
+        r = cli(*base, *args)
+        assert r.exit_code == 2 and said in r.stderr, r.output
