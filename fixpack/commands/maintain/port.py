@@ -205,7 +205,8 @@ def _prove(
             mine = [f for f in fixes if (f.id == own if own else f.id not in ported)]
             runs.update(pool.pairs(mine, scratch.trees(scratch.pristine), scratch.trees(scratch.changed),
                                    before_only=unported))
-    result.proofs = {fix.id: _judge(runs.get(fix.id), result.applies(fix.id)) for fix in fixes}
+    missing = [f"--source {p.dist}=DIR" for p in profile.pins if p.dist not in sources]
+    result.proofs = {fix.id: _judge(runs.get(fix.id), result.applies(fix.id), missing) for fix in fixes}
 
 
 # The last line of a traceback that ends in a failed import: the proof cannot run on this tree.
@@ -223,10 +224,15 @@ def _import_error(run: Run) -> str:
     return _IMPORT_ERROR.findall(run.output)[-1]
 
 
-def _judge(runs: ProofPair | None, applies: str) -> FixProof:
+def _judge(runs: ProofPair | None, applies: str, missing: list[str] | None = None) -> FixProof:
     if runs is None:
         return FixProof(ProofOutcome.NOT_RUN, ProofOutcome.NOT_RUN, "no proof")
     before, after = _cannot_run(runs.before), _cannot_run(runs.after)
+    failed = (ProofOutcome.BUG_PRESENT, ProofOutcome.ERROR)  # an import error keeps its own words
+    if missing and before.outcome in failed and after.outcome in (*failed, ProofOutcome.NOT_RUN):
+        # It may be failing for the tree not given rather than for the bug: it says nothing here.
+        said = f"cannot run without {', '.join(missing)}: {before.tail(1)}"
+        return FixProof(ProofOutcome.CANNOT_RUN, ProofOutcome.CANNOT_RUN, said)
     detail = []
     if before.outcome is ProofOutcome.PASSES:
         detail.append("on the new tree without the fix the proof passes: the bug is gone there")
@@ -252,7 +258,9 @@ def _tree_notes(profile: Profile, sources: dict[str, Path]) -> list[str]:
     notes = []
     for pin in profile.pins:
         if pin.dist not in sources:
-            notes.append(f"no --source {pin.dist}=DIR: proofs that need {pin.package} error")
+            notes.append(
+                f"no --source {pin.dist}=DIR: a proof that does not pass is cannot-run (it may need {pin.package})"
+            )
             continue
         try:
             commit = from_version_py(sources[pin.dist] / pin.package / "_version.py")
