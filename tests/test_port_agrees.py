@@ -202,6 +202,8 @@ def test_a_draft_profile_is_refused_until_its_pins_are_real_and_never_a_default(
         r = cli(*args)
         assert r.exit_code == 2, (args, r.output)
         assert "is a draft (pin vllm-gaudi: version TODO and commits TODO)" in r.stderr
+    listed = {row["name"]: row["draft"] for row in json.loads(cli("profiles", "--json").stdout)["profiles"]}
+    assert listed == {"main-091bbadd": "pin vllm-gaudi: version TODO and commits TODO", "v0.26.0": None}
     # Not a default: diff FIX takes the real profile that has the fix.
     r = cli("diff", "f")
     assert r.exit_code == 0, r.output

@@ -183,6 +183,7 @@ def profile_json(p: Profile) -> dict[str, Any]:
         "pins": [{"dist": x.dist, "version": x.version, "commits": list(x.commits)} for x in p.pins],
         "pack": list(p.pack),
         "opt_ins": list(p.opt_ins),
+        "draft": p.draft or None,
     }
 
 

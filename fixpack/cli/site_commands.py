@@ -290,4 +290,6 @@ def profiles(as_json: bool) -> int:
             f"{row['name']}  release {row['release']}: {len(row['pack'])} fixes; opt-ins: {', '.join(row['opt_ins'])}"
         )
         print(f"  pins {pins}")
+        if row["draft"]:
+            print(f"  draft ({row['draft']}): only fixpack port and fixpack lock take it")
     return 0
