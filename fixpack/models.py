@@ -66,12 +66,14 @@ class PortOutcome(Word):
     UNCHANGED = "unchanged"  # applies, from exactly the bytes it was locked against
     OFFSET = "offset"  # its hunks apply to a changed file
     CST = "cst"  # its libcst transform applies to a changed file
+    MERGED = "merged"  # its hunks do not apply, but a three-way merge with the old release's file does
+    HAND = "hand"  # the fix's own port to the new release (fix.toml has that release) applies
     UPSTREAM = "upstream"  # the new tree already has its result
     CONFLICT = "conflict"  # it does not apply, or the result does not compile
 
     @property
     def ported(self) -> bool:
-        return self in (PortOutcome.UNCHANGED, PortOutcome.OFFSET, PortOutcome.CST)
+        return self not in (PortOutcome.UPSTREAM, PortOutcome.CONFLICT)
 
 
 class ProofOutcome(Word):
@@ -80,7 +82,8 @@ class ProofOutcome(Word):
 
     PASSES = "passes"  # the bug is not there
     BUG_PRESENT = "bug-present"  # the proof failed: the bug is there
-    ERROR = "error"  # the proof could not run (a function moved, an import failed, it timed out)
+    ERROR = "error"  # the proof failed otherwise than by its verdict (a function moved, it timed out)
+    CANNOT_RUN = "cannot-run"  # port: the proof's imports fail on the new tree (it needs another vLLM)
     NOT_RUN = "not-run"
 
 
@@ -187,6 +190,7 @@ class Profile:
     pins: tuple[Pin, ...]
     pack: tuple[str, ...]  # every fix of the release, opt-ins in their slots, in pack order
     opt_ins: tuple[str, ...]  # the pack's fixes that are applied only when named
+    draft: str = ""  # why its pins are not real yet ("pin vllm-gaudi: version TODO"); "" when they are
 
     @property
     def default_fixes(self) -> tuple[str, ...]:

@@ -13,8 +13,11 @@ from fixpack.core import patch as diff
 from fixpack.transforms import (
     CstFailed,
     Transform,
+    add_entries,
     add_function,
     add_import,
+    append_to,
+    extend_docstring,
     insert_after,
     insert_before,
     load_transforms,
@@ -103,6 +106,94 @@ def test_add_function_after_a_definition_or_at_the_end():
     assert run(add_function("def helper():\n    return 1\n")) == SOURCE  # already there: nothing to do
     with pytest.raises(CstFailed, match="'helper' is already defined in this file .*differently"):
         run(add_function("def helper():\n    return 9\n"))
+
+
+ENVS = textwrap.dedent(
+    '''\
+    """Settings."""
+    import os
+    from typing import TYPE_CHECKING
+
+    if TYPE_CHECKING:
+        A: int = 1
+        B: int = 2
+
+    # the table
+    table: dict[str, object] = {
+        # first
+        "A":
+        lambda: int(os.environ.get("A", "1")),
+        "B":
+        lambda: int(os.environ.get("B", "2")),
+    }
+    order = ["a", "b"]
+
+
+    class K:
+        names = ["x"]
+
+        def f(self):
+            """Do f.
+
+            Twice.
+            """
+            calls()
+    '''
+)
+
+
+def test_append_to_a_block_and_a_body_lands_after_what_upstream_added_there():
+    edits = (append_to("", "C: int = 3", block="if TYPE_CHECKING:"), append_to("K.f", "more()"))
+    out = run(*edits, source=ENVS)
+    assert "    A: int = 1\n    B: int = 2\n    C: int = 3\n\n# the table\n" in out
+    assert "        calls()\n        more()\n" in out
+    # Upstream added a variable at the end of the block: a diff's context breaks, the anchor holds.
+    newer = ENVS.replace("    B: int = 2\n", "    B: int = 2\n    Z: bool = False\n")
+    assert "    Z: bool = False\n    C: int = 3\n" in run(*edits, source=newer)
+    with pytest.raises(CstFailed, match="not a compound statement"):
+        run(append_to("", "x = 1", block="order = [\"a\", \"b\"]"), source=ENVS)
+
+
+def test_add_entries_to_a_dict_and_lists_keeping_comments_and_layout():
+    entries = '''
+
+        # third, off by default
+        "C":
+        lambda: int(os.environ.get("C", "3")),
+        '''
+    out = run(add_entries("table", entries), add_entries("order", '"c"'), add_entries("K.names", '"y",'), source=ENVS)
+    assert (
+        '    lambda: int(os.environ.get("B", "2")),\n\n    # third, off by default\n    "C":\n'
+        '    lambda: int(os.environ.get("C", "3")),\n}\n' in out
+    )
+    assert 'order = ["a", "b", "c"]\n' in out and '    names = ["x", "y",]\n' in out
+    compile(out, "envs.py", "exec")
+    b_entry = '    lambda: int(os.environ.get("B", "2")),\n'
+    newer = ENVS.replace(b_entry, b_entry + '    "Z": None,\n')
+    assert '    "Z": None,\n\n    # third, off by default\n' in run(add_entries("table", entries), source=newer)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (add_entries("tabel", '"x": 1'), "nothing is assigned to 'tabel'"),
+        (add_entries("K.f", '"x"'), "nothing is assigned to 'f'"),
+        (add_entries("table", "x ="), "its code is not dict entries"),
+        (add_entries("order", '"k": 1'), "its code is not list entries"),
+        (extend_docstring("helper", "more"), "no triple-quoted docstring"),
+    ],
+)
+def test_add_entries_and_docstring_failures_name_the_place(edit, message):
+    source = ENVS + "\n\ndef helper():\n    return 1\n"
+    with pytest.raises(CstFailed, match=message):
+        run(edit, source=source)
+
+
+def test_extend_docstring_at_the_closing_quotes_indentation():
+    out = run(extend_docstring("K.f", "\n\nThrice, with the fix.\n"), source=ENVS)
+    assert '        Twice.\n\n        Thrice, with the fix.\n        """\n        calls()\n' in out
+    with pytest.raises(CstFailed, match="closing quotes are not on a line of their own"):
+        run(extend_docstring("", "x"), source=ENVS)
 
 
 def test_untouched_bytes_and_crlf_are_kept():

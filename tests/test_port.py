@@ -103,7 +103,8 @@ def test_port_reports_each_outcome(cli, pack, tmp_path):
         "runner-late": "offset",
         "runner-cst": "cst",
     }
-    assert out["counts"] == {"unchanged": 1, "offset": 2, "cst": 1, "upstream": 1, "conflict": 1}
+    counts = {"unchanged": 1, "offset": 2, "cst": 1, "merged": 0, "hand": 0, "upstream": 1, "conflict": 1}
+    assert out["counts"] == counts
     (conflict,) = [c for c in out["changes"] if c["outcome"] == "conflict"]
     assert "hunk #1" in conflict["detail"] and "-            log()" in conflict["hunk"]
     assert "+            report_failure()" in conflict["nearest"]
@@ -120,7 +121,7 @@ def test_port_human_report(cli, pack, tmp_path):
     r = cli("port", "--profile", "v0.26.0", "--from", "v0.26.0", *port_args(new))
     assert r.exit_code == 0
     assert "  conflict   executor-fix  vllm/executor.py" in r.stdout
-    assert "1 unchanged, 2 offset, 1 cst, 1 upstream, 1 conflict" in r.stdout
+    assert "1 unchanged, 2 offset, 1 cst, 0 merged, 0 hand, 1 upstream, 1 conflict" in r.stdout
 
 
 def test_port_write_makes_a_release_that_applies(cli, pack, tmp_path):
@@ -138,7 +139,13 @@ def test_port_write_makes_a_release_that_applies(cli, pack, tmp_path):
     assert '    # "executor-fix",  # conflict: vllm/executor.py: ' in draft
     assert '    # "batch-fix",  # upstream: ' in draft
     assert 'commits = ["TODO"]' in draft
-    catalog = Catalog.load(pack.root)  # the fixes and the draft profile load and validate
+    # A draft is refused until a maintainer sets its pins.
+    r = cli("apply", "--profile", "v0.27.0", "--site", str(tmp_path), "--allow-unpinned", "--json")
+    assert r.exit_code == 2 and "is a draft" in r.stderr
+    real = draft.replace('version = "TODO"', 'version = "0.26.0"')
+    real = real.replace('commits = ["TODO"]', 'commits = ["abc1234"]')
+    (pack.root / "profiles" / "v0.27.0.toml").write_text(real)
+    catalog = Catalog.load(pack.root)  # the fixes and the profile load and validate
     assert catalog.profile("v0.27.0").pack == ("sampler-fix", "runner-fix", "runner-late", "runner-cst")
     assert all(c.fingerprint for f in catalog.profile("v0.27.0").pack for c in catalog.fixes[f].changes["v0.27.0"])
 
@@ -174,8 +181,13 @@ def test_port_named_fixes_need_only_their_trees(cli, pack, tmp_path):
         ("runner-fix", "offset"),
         ("runner-late", "offset"),
     ]
-    r = cli("port", "sampler-fix", "--from", "v0.26.0", "--source", f"vllm-gaudi={new['vllm-gaudi']}")
-    assert r.exit_code == 2 and "no --source given" in r.stderr
+    # A fix of a tree not given is skipped, and listed, rather than failing the whole port.
+    r = cli("port", "sampler-fix", "runner-fix", "--from", "v0.26.0", "--source", f"vllm-gaudi={new['vllm-gaudi']}",
+            "--json", "--no-proofs")
+    out = json.loads(r.stdout)
+    assert r.exit_code == 0, r.output
+    assert out["skipped"] == [{"id": "sampler-fix", "reason": "no --source vllm=DIR: it changes vllm's files"}]
+    assert [c["fix"] for c in out["changes"]] == ["runner-fix"]
 
 
 def test_port_cst_conflict_and_upstream(cli, pack, tmp_path):

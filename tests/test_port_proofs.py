@@ -100,7 +100,7 @@ def test_port_human_report_says_what_the_proofs_found(cli, cookbook, tmp_path):
     assert r.exit_code == 0, r.output
     assert "  doubling    BUG GONE     not run     fixed-upstream" in r.stdout
     assert "  runner-fix  bug present  proven      ported" in r.stdout
-    assert "  swap-count  ERROR        not run     conflict" in r.stdout
+    assert "  swap-count  FAILS        not run     conflict" in r.stdout
 
 
 def test_port_write_leaves_out_a_fix_whose_bug_is_gone(cli, cookbook, tmp_path):
@@ -112,7 +112,7 @@ def test_port_write_leaves_out_a_fix_whose_bug_is_gone(cli, cookbook, tmp_path):
     draft = (cookbook.root / "profiles" / "v0.27.0.toml").read_text()
     assert '    # "doubling",  # fixed-upstream: its proof passes on the new tree without it' in draft
     assert '    # "swap-count",  # conflict: vllm_gaudi/batch.py: ' in draft
-    assert Catalog.load(cookbook.root).profile("v0.27.0").pack == ("runner-fix",)
+    assert Catalog.load(cookbook.root).profile("v0.27.0", drafts=True).pack == ("runner-fix",)
     assert str(fixes / "runner-fix" / "v0.27.0.patch") in out["written"]
 
 
@@ -122,5 +122,26 @@ def test_port_says_when_a_tree_the_proofs_may_need_is_missing(cli, cookbook, tmp
     r = cli("port", "runner-fix", "--from", "v0.26.0", "--source", f"vllm-gaudi={new['vllm-gaudi']}", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["notes"] == ["no --source vllm=DIR: proofs that need vllm error"]
+    assert out["notes"] == ["no --source vllm=DIR: a proof that does not pass is cannot-run (it may need vllm)"]
     assert out["fixes"][0]["proof"]["ported"] == "passes"
+
+
+NEEDS_VLLM = """
+def check(trees) -> None:
+    assert trees.vllm is not None, "needs the vllm-gaudi and vllm trees"
+"""
+
+
+def test_port_without_a_tree_a_proof_that_needs_it_cannot_run(cli, cookbook, tmp_path):
+    _pack(cookbook)
+    runner9 = RUNNER.replace("return 9\n", "return 99\n")
+    cookbook.fix("needs-vllm", {"vllm_gaudi/runner.py": (RUNNER, runner9)}, proof=NEEDS_VLLM)
+    cookbook.profile(["doubling", "runner-fix", "swap-count", "needs-vllm"])
+    cookbook.lock()
+    new = write_tree(tmp_path / "new", NEW_TREE)
+    r = cli("port", "runner-fix", "needs-vllm", "--from", "v0.26.0", "--source", f"vllm-gaudi={new['vllm-gaudi']}",
+            "--json")
+    fixes = {f["id"]: f["proof"] for f in json.loads(r.stdout)["fixes"]}
+    assert (fixes["runner-fix"]["pristine"], fixes["runner-fix"]["ported"]) == ("bug-present", "passes")
+    assert (fixes["needs-vllm"]["pristine"], fixes["needs-vllm"]["ported"]) == ("cannot-run", "cannot-run")
+    assert "cannot run without --source vllm=DIR: bug present: needs the vllm-gaudi" in fixes["needs-vllm"]["detail"]

@@ -64,7 +64,8 @@ def test_record_leaves_out_what_fixpack_applied(cli, cookbook, site):
     patch = (fix_dir / "v0.26.0.patch").read_text()
     assert "+    return 200\n" in patch and "-    return 20\n" in patch
     assert "33" not in patch and "vllm/sampler.py" not in patch  # fixpack's own changes stay out
-    assert "# The diff was taken on top of runner-fix" in (fix_dir / "fix.toml").read_text()
+    toml = (fix_dir / "fix.toml").read_text()
+    assert "requires = []" in toml and "taken on top of" not in toml  # the edit is not on runner-fix's lines
     # Its fingerprints start where the pack's chain ends, so a locked pack applies it on top.
     cookbook.profile(["runner-fix", "sampler-fix", "on-top"])
     catalog = Catalog.load(cookbook.root)
@@ -174,3 +175,52 @@ def test_record_without_source_uses_the_copy_apply_kept(cli, cookbook, site):
     assert r.exit_code == 0, r.output
     patch = (cookbook.root / "fixes" / "on-top" / "v0.26.0.patch").read_text()
     assert "+    return 88" in patch and "return 33" not in patch  # only the hand edit, on top of runner-fix
+
+
+TOP = "import os\nimport sys\nimport re\n\n\n"
+
+
+def _record_on_top_of(cli, cookbook, site, old: str, new: str, *args: str) -> tuple[dict, str, str]:
+    """An opt-in that adds lines at the top of runner.py and a fix of f3, applied; then ``old`` edited
+    to ``new`` by hand and recorded. Returns record's JSON, the patch and fix.toml."""
+    cookbook.fix("header", {"vllm_gaudi/runner.py": (RUNNER, TOP + RUNNER)}, opt_in=True)
+    cookbook.fix("runner-fix", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 3\n", "return 33\n"))})
+    cookbook.profile(["header", "runner-fix"], opt_ins=["header"])
+    cookbook.lock()
+    assert cli("apply", "--profile", "v0.26.0", "header", "--site", str(site.path)).exit_code == 0
+    edit(site, "vllm_gaudi/runner.py", old, new)
+    r = cli("record", "by-hand", "--profile", "v0.26.0", "--site", str(site.path), "--json", *args)
+    assert r.exit_code == 0, r.output
+    fix_dir = cookbook.root / "fixes" / "by-hand"
+    return json.loads(r.stdout), (fix_dir / "v0.26.0.patch").read_text(), (fix_dir / "fix.toml").read_text()
+
+
+def test_record_writes_hunks_against_the_pristine_bytes_with_index_lines(cli, cookbook, site):
+    out, patch, toml = _record_on_top_of(cli, cookbook, site, "return 20\n", "return 200\n", *sources_args(cookbook))
+    line = RUNNER.splitlines().index("    return 20") + 1  # in the release's file, not after the opt-in
+    assert f"@@ -{line - 3},7 +{line - 3},7 @@" in patch
+    blob = subprocess.run(["git", "hash-object", "--stdin"], input=RUNNER.encode(), capture_output=True, check=True)
+    assert f"index {blob.stdout.decode()[:7]}.." in patch  # git am -3 can fall back on the release's blob
+    assert out["requires"] == [] and "requires = []" in toml
+
+
+def test_record_requires_the_fix_whose_lines_the_edit_sits_on(cli, cookbook, site):
+    out, patch, toml = _record_on_top_of(cli, cookbook, site, "return 33\n", "return 333\n", *sources_args(cookbook))
+    assert "-    return 33\n+    return 333\n" in patch  # on top of runner-fix: it cannot be said on the release
+    assert out["requires"] == ["runner-fix"] and 'requires = ["runner-fix"]' in toml
+    assert "taken on top of header, runner-fix" in toml
+
+
+def test_record_on_a_copied_site_names_the_edit_not_the_missing_binaries(cli, cookbook, tmp_path):
+    files = {dist: dict(fs) for dist, fs in PRISTINE.items()}
+    files["vllm"]["vllm/_C.abi3.so"] = b"\x7fELF binary"
+    copied = make_site(tmp_path / "copied", files)
+    copied.file("vllm/_C.abi3.so").unlink()  # a copy that left the extension behind
+    cookbook.fix("runner-fix", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 3\n", "return 33\n"))})
+    cookbook.profile(["runner-fix"])
+    cookbook.lock()
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(copied.path)).exit_code == 0
+    edit(copied, "vllm_gaudi/runner.py", "return 8\n", "return 88\n")
+    r = cli("record", "on-copy", "--profile", "v0.26.0", "--site", str(copied.path), "--json")
+    assert r.exit_code == 0, r.output
+    assert [f[0] for f in json.loads(r.stdout)["files"]] == ["vllm_gaudi/runner.py"]

@@ -22,13 +22,12 @@ COMMANDS = {
     "show": "site_commands:show",
     "profiles": "site_commands:profiles",
     "verify": "maintainer:verify",
-    "diff": "maintainer:diff",
+    "diff": "upstream_commands:diff",
     "lock": "maintainer:lock",
     "build-site": "maintainer:build_site",
     "record": "maintainer:record",
     "port": "maintainer:port",
     "recipe": "recipe_commands:recipe",
-    # -- upstreaming (issue 41) --
     "upstream": "upstream_commands:upstream",
 }
 

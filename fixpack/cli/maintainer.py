@@ -113,7 +113,7 @@ def verify(
     from ..commands.maintain.verify import verify_profile
 
     book = catalog()
-    chosen = [book.profile(p) for p in profiles] if profiles else list(book.profiles.values())
+    chosen = [book.profile(p) for p in profiles] if profiles else book.usable
     roots = parse_sources(sources)
     _proofs_can_run()
     if with_coverage:
@@ -148,6 +148,20 @@ def verify(
     return 0 if all(v.ok for v in verdicts) else 1
 
 
+def _resolutions(given: tuple[str, ...], fixes: tuple[str, ...]) -> dict[str, Path]:
+    if given and len(fixes) != 1:
+        raise UsageError("--resolved needs exactly one FIX: the fix whose merge it resolves")
+    out = {}
+    for item in given:
+        path, sep, file = item.partition("=")
+        if not sep or not path or not file:
+            raise UsageError(f"--resolved {item!r}: give PATH=FILE (vllm_gaudi/...=the resolved file)")
+        if not Path(file).is_file():
+            raise UsageError(f"--resolved {item!r}: {file} is not a file")
+        out[path] = Path(file)
+    return out
+
+
 def _proofs_can_run() -> None:
     """Proofs run the trees' code on CPU torch and numpy: without them say so once, not per proof."""
     import importlib.util
@@ -169,63 +183,6 @@ def _coverage_can_run() -> None:
             "verify --coverage needs coverage.py, which this Python lacks: "
             f"{Path(sys.executable).name} -m pip install 'coverage>=7.10'"
         )
-
-
-@click.command()
-@click.argument("fixes", nargs=-1, metavar="[FIX ...]")
-@click.option("--profile", metavar="NAME", help="Export the plan that apply --profile NAME [FIX ...] resolves.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["unified", "mbox", "pr"]),
-    default="unified",
-    show_default=True,
-    help="unified: a diff for git apply; mbox: one commit per fix for git am; pr: each fix's PR title and body.",
-)
-@click.option("--dist", metavar="NAME", help="Only the changes to this distribution (e.g. vllm-gaudi).")
-@click.option(
-    "--author",
-    default="",
-    metavar="'NAME <EMAIL>'",
-    help="From: of mbox messages (default: git's author identity, GIT_AUTHOR_NAME/EMAIL or user.name/email).",
-)
-@click.option(
-    "--signoff",
-    is_flag=True,
-    help="End each mbox message with Signed-off-by: the author (--author, else git's identity; it must be one).",
-)
-@click.option(
-    "--check-style",
-    is_flag=True,
-    help="Instead of printing the patches: apply each to its --source tree and run upstream's yapf and ruff "
-    "(the versions and configuration of the tree's .pre-commit-config.yaml) on the files it touches; "
-    "exits 1 when a fix fails.",
-)
-@SOURCE
-@JSON
-@guard(_ok_error)
-def diff(
-    fixes: tuple[str, ...], profile: str | None, fmt: str, dist: str | None, author: str, signoff: bool,
-    check_style: bool, sources: tuple[str, ...], as_json: bool,
-) -> int:
-    """Fixes as patches for upstream: a unified diff, an mbox that git am takes at the pinned commit
-    (the cookbook's facts below each message's --- line), or the title and body of each fix's PR."""
-    from ..commands.maintain.diff import export
-
-    if check_style:  # issue 41: upstream's style checks on each patched tree
-        from .check_style import style_check
-
-        return style_check(fixes, profile, dist, parse_sources(sources), as_json)
-    if as_json or sources:
-        raise UsageError("--json and --source go with --check-style")
-
-    done = export(catalog(), fixes, profile, fmt, dist, author, signoff)
-    notes = list(done.notes)
-    if not profile:
-        notes.insert(0, f"the fixes as profile {done.profile} has them (give --profile to choose another)")
-    render.notes(notes)
-    sys.stdout.write(done.text)
-    return 0
 
 
 @click.command()
@@ -358,6 +315,7 @@ def record(
                 "dir": str(done.fix_dir),
                 "files": [list(f) for f in done.files],
                 "on_top_of": done.on_top_of,
+                "requires": done.requires,
                 "notes": done.notes,
             }
         )
@@ -380,6 +338,14 @@ def record(
     metavar="NEW-RELEASE",
     help="Write the ported changes of the fixes still needed and a draft profile.",
 )
+@click.option(
+    "--resolved",
+    "resolved",
+    multiple=True,
+    metavar="PATH=FILE",
+    help="With one FIX: its change of PATH is FILE, a three-way merge's conflicts resolved by hand "
+    "(port --write leaves the merge next to the fix).",
+)
 @click.option("--no-proofs", is_flag=True, help="Do not run the proofs: only say whether each change applies.")
 @JOBS
 @JSON
@@ -390,6 +356,7 @@ def port(
     from_release: str,
     sources: tuple[str, ...],
     write: str | None,
+    resolved: tuple[str, ...],
     no_proofs: bool,
     jobs: int,
     as_json: bool,
@@ -404,13 +371,15 @@ def port(
 
     if not fixes and not profile:
         raise UsageError("give FIX ... or --profile NAME")
+    resolutions = _resolutions(resolved, fixes)
     if not no_proofs:
         _proofs_can_run()
-    result = run(catalog(), fixes, profile, from_release, parse_sources(sources), write, not no_proofs, jobs)
+    result = run(catalog(), fixes, profile, from_release, parse_sources(sources), write, not no_proofs, jobs,
+                 resolutions)
     if as_json:
         render.dump(result.to_json())
         render.notes(result.notes)
     else:
-        render.port_human(result, from_release, write)
+        render.port_human(result)
         render.port_proofs_human(result)
     return 0

@@ -39,9 +39,9 @@ SOURCE = click.option(
 )
 
 
-def sources(values: tuple[str, ...]) -> dict[str, Path]:
-    """``--source DIST=DIR`` options; without any, the FIXPACK_SRC_* variables the tests use."""
-    named_by = "--source"
+def sources(values: tuple[str, ...], named_by: str = "--source") -> dict[str, Path]:
+    """``--source DIST=DIR`` options (or another option's, ``named_by``); without any, the
+    FIXPACK_SRC_* variables the tests use."""
     if not values:
         values = tuple(f"{dist}={os.environ[var]}" for dist, var in SOURCE_ENV.items() if os.environ.get(var))
         named_by = "FIXPACK_SRC_*"

@@ -183,6 +183,7 @@ def profile_json(p: Profile) -> dict[str, Any]:
         "pins": [{"dist": x.dist, "version": x.version, "commits": list(x.commits)} for x in p.pins],
         "pack": list(p.pack),
         "opt_ins": list(p.opt_ins),
+        "draft": p.draft or None,
     }
 
 
@@ -291,7 +292,7 @@ def verify_human(verdicts: list[Any]) -> None:
     print(f"fixpack verify: {len(verdicts) - failed} passed, {failed} failed")
 
 
-def port_human(result: Any, from_release: str, write: str | None) -> None:
+def port_human(result: Any) -> None:
     width = max((len(c.fix) for c in result.changes), default=0)
     for c in result.changes:
         print(f"  {c.outcome:<9}  {c.fix:<{width}}  {c.path}")
@@ -300,11 +301,14 @@ def port_human(result: Any, from_release: str, write: str | None) -> None:
         for block in (c.hunk, c.nearest):
             if block:
                 print("\n".join(f"      | {line}" for line in block.splitlines()))
+    for fix_id, why in result.skipped.items():
+        print(f"  skipped    {fix_id:<{width}}  {why}")
     notes(result.notes)
     for path in result.written:
         print(f"  wrote {path}")
     counts = ", ".join(f"{n} {o}" for o, n in result.counts().items())
-    print(f"fixpack port: {from_release} -> {write or 'the --source trees'}: {counts}")
+    skipped = f", {len(result.skipped)} fix(es) skipped" if result.skipped else ""
+    print(f"fixpack port: {result.from_release} -> {result.to_release}: {counts}{skipped}")
 
 
 def mutants_json(verdicts: list[Any]) -> dict[str, Any]:
@@ -347,8 +351,9 @@ def mutants_human(verdicts: list[Any], per_fix: int | None) -> None:
 
 
 # port's proof columns: is the bug still on the new tree, is the ported fix proven
-_STILL = {ProofOutcome.BUG_PRESENT: "bug present", ProofOutcome.PASSES: "BUG GONE", ProofOutcome.ERROR: "ERROR"}
-_PROVEN = {ProofOutcome.PASSES: "proven", ProofOutcome.BUG_PRESENT: "NOT PROVEN", ProofOutcome.ERROR: "ERROR"}
+_CANNOT = {ProofOutcome.CANNOT_RUN: "cannot run", ProofOutcome.ERROR: "FAILS"}
+_STILL = {ProofOutcome.BUG_PRESENT: "bug present", ProofOutcome.PASSES: "BUG GONE", **_CANNOT}
+_PROVEN = {ProofOutcome.PASSES: "proven", ProofOutcome.BUG_PRESENT: "NOT PROVEN", **_CANNOT}
 _PORT_AS_EXPECTED = (ProofOutcome.PASSES, ProofOutcome.NOT_RUN)  # a line of detail only for the others
 
 

@@ -269,7 +269,7 @@ def show(fix: str, site: Path | None) -> int:
     book = catalog()
     render.show(book.fix(fix))
     if site is not None:
-        profile = next((p.name for p in book.profiles.values() if fix in p.pack), None)
+        profile = next((p.name for p in book.usable if fix in p.pack), None)
         print(f"\nin {site}: {_states(book, profile, site).get(fix, 'not in the profile applied there')}")
     return 0
 
@@ -290,4 +290,6 @@ def profiles(as_json: bool) -> int:
             f"{row['name']}  release {row['release']}: {len(row['pack'])} fixes; opt-ins: {', '.join(row['opt_ins'])}"
         )
         print(f"  pins {pins}")
+        if row["draft"]:
+            print(f"  draft ({row['draft']}): only fixpack port and fixpack lock take it")
     return 0

@@ -94,17 +94,30 @@ class Catalog:
             raise UsageError(f"unknown fix {fix_id!r}{suggest(fix_id, list(self.fixes))}")
         return self.fixes[fix_id]
 
+    @property
+    def usable(self) -> list[Profile]:
+        """The profiles whose pins are real: a draft (``port --write``'s, pins still TODO) is never a default."""
+        return [p for p in self.profiles.values() if not p.draft]
+
     def default_profile(self, name: str | None) -> Profile:
-        """``name``'s profile; without a name, the cookbook's only profile (a usage error when it has several)."""
+        """``name``'s profile; without a name, the cookbook's only usable profile (a usage error when
+        it has several)."""
         if name:
             return self.profile(name)
-        if len(self.profiles) == 1:
-            return next(iter(self.profiles.values()))
-        known = ", ".join(self.profiles) or "none"
+        if len(self.usable) == 1:
+            return self.usable[0]
+        known = ", ".join(p.name for p in self.usable) or "none"
         raise UsageError(f"give --profile NAME (this cookbook has: {known})")
 
-    def profile(self, name: str) -> Profile:
+    def profile(self, name: str, drafts: bool = False) -> Profile:
+        """``name``'s profile; a draft only with ``drafts`` (port and lock, which finish one)."""
         if name not in self.profiles:
             known = ", ".join(self.profiles) or "none"
             raise UsageError(f"unknown profile {name!r}{suggest(name, list(self.profiles))}; known: {known}")
-        return self.profiles[name]
+        profile = self.profiles[name]
+        if profile.draft and not drafts:
+            raise UsageError(
+                f"profile {name!r} is a draft ({profile.draft}): set its pins' versions and commits in "
+                f"profiles/{name}.toml, then fixpack lock; until then only fixpack port and fixpack lock take it"
+            )
+        return profile

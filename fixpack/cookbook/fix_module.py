@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..core.patch import index
+from ..core.patch import FileEntry, index
 from ..core.paths import check_all
 from ..errors import UsageError
 from ..models import PROOF_LEVELS, SUBJECT_MAX, UPSTREAM_STATUSES, Change, Fix, Proof, Upstream, upstream_status
@@ -99,22 +99,23 @@ def load_fix(fix_dir: Path) -> Fix:
         transforms = field(spec, "transforms", str, where, "")
         if transforms and not (fix_dir / transforms).is_file():
             raise invalid(where, f"release {release!r}: {transforms} is missing")
-        patch_file = fix_dir / field(spec, "patch", str, where, rendered_patch_name(release) if transforms else ...)
-        if transforms and not patch_file.exists():
-            raise invalid(where, f"release {release!r}: fixpack lock renders {transforms} into {patch_file.name}")
-        try:
-            text = patch_file.read_bytes().decode("utf-8", "surrogateescape")
-        except OSError as exc:
-            raise invalid(where, f"release {release!r}: cannot read {patch_file.name} ({exc.strerror})") from None
-        try:
-            per_file = index(text)
-        except ValueError as exc:  # in the words an invalid patch met while applying had before
-            raise UsageError(
-                f"invalid patch of fix {fix_id} ({patch_file}): {exc}", fix_id=fix_id, path=str(patch_file)
-            ) from None
-        if not per_file:
-            raise invalid(patch_file, "no file diffs in it")
-        check_all((fd.path for fd in per_file), fix_id=fix_id, where=patch_file)
+        rendered = rendered_patch_name(release)
+        hand = field(spec, "patch", str, where, rendered if transforms else ...)
+        # A release may mix both: its transforms' files from the rendered patch, the rest from a diff.
+        patch_files = [fix_dir / hand] if hand == rendered or not transforms else [fix_dir / hand, fix_dir / rendered]
+        if transforms and not patch_files[-1].exists():
+            raise invalid(where, f"release {release!r}: fixpack lock renders {transforms} into {rendered}")
+        per_file: list[FileEntry] = []
+        for patch_file in patch_files:
+            per_file += _file_diffs(patch_file, release, fix_id, where)
+        paths = [fd.path for fd in per_file]
+        twice = sorted({p for p in paths if paths.count(p) > 1})
+        if twice:
+            raise invalid(where, f"release {release!r}: {', '.join(twice)} is in both {hand} and {transforms}: "
+                                 "a file is a transform or a diff, not both")
+        if len(patch_files) > 1:  # git's order, the order a diff of the whole fix has
+            per_file.sort(key=lambda fd: fd.path)
+        check_all(paths, fix_id=fix_id, where=patch_files[0])
         prints = read_lock(lock_path(fix_dir, release))
         check_all(prints, fix_id=fix_id, where=lock_path(fix_dir, release))
         changes[release] = tuple(
@@ -144,6 +145,22 @@ def load_fix(fix_dir: Path) -> Fix:
         source=str(fix_dir),
         subject=subject,
     )
+
+
+def _file_diffs(patch_file: Path, release: str, fix_id: str, where: Path) -> list[FileEntry]:
+    try:
+        text = patch_file.read_bytes().decode("utf-8", "surrogateescape")
+    except OSError as exc:
+        raise invalid(where, f"release {release!r}: cannot read {patch_file.name} ({exc.strerror})") from None
+    try:
+        per_file = index(text)
+    except ValueError as exc:  # in the words an invalid patch met while applying had before
+        raise UsageError(
+            f"invalid patch of fix {fix_id} ({patch_file}): {exc}", fix_id=fix_id, path=str(patch_file)
+        ) from None
+    if not per_file:
+        raise invalid(patch_file, "no file diffs in it")
+    return list(per_file)
 
 
 def load_upstream(table: dict, where: Path) -> Upstream:
@@ -218,7 +235,7 @@ def transforms_file(fix_dir: Path, release: str) -> Path | None:
     return None if name is None else fix_dir / name
 
 
-def skeleton(fix_id: str, release: str, on_top_of: list[str]) -> str:
+def skeleton(fix_id: str, release: str, on_top_of: list[str], requires: list[str] | None = None) -> str:
     import textwrap  # record only; the catalog, on every apply, does not need it
 
     text = textwrap.dedent(
@@ -248,10 +265,13 @@ def skeleton(fix_id: str, release: str, on_top_of: list[str]) -> str:
         patch = "{release}.patch"
         """
     )
+    if requires:
+        text = text.replace("requires = []", f"requires = {quote(list(requires))}", 1)
     if not on_top_of:
         return text
-    hint = f"# The diff was taken on top of {', '.join(on_top_of)} (fixpack had applied them): require what it needs.\n"
-    return text.replace("requires = []", hint + "requires = []", 1)
+    hint = (f"# The diff was taken on top of {', '.join(on_top_of)} (fixpack had applied them): the edit sits "
+            "on their lines.\n")
+    return text.replace("requires = ", hint + "requires = ", 1)
 
 
 def backport_skeleton(fix_id: str, release: str, title: str, why: str, origin: str) -> str:
@@ -266,12 +286,12 @@ def backport_skeleton(fix_id: str, release: str, title: str, why: str, origin: s
     return text.replace('status = "pending"\nforwarded = "no"\nbug = []\nnote = ""\n', upstream, 1)
 
 
-def release_table(release: str, cst_file: Path | None) -> str:
-    """The table fix.toml gains for ``release``; the file is appended to, never rewritten."""
-    patch = rendered_patch_name(release) if cst_file else f"{release}.patch"
+def release_table(release: str, cst_file: Path | None, diff: bool = True) -> str:
+    """The table fix.toml gains for ``release``; the file is appended to, never rewritten. With
+    ``cst_file`` and ``diff``, a mixed release: the transforms' files rendered, the rest a diff."""
+    patch = f"{release}.patch" if diff or not cst_file else rendered_patch_name(release)
     lines = [f'\n[release."{release}"]\n']
     if cst_file:  # the same transforms carried it; lock re-renders them for the new release
         lines.append(f"transforms = {quote(cst_file.name)}\n")
     lines.append(f"patch = {quote(patch)}\n")
     return "".join(lines)
-

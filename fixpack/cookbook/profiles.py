@@ -44,6 +44,12 @@ def load_profile(path: Path) -> Profile:
     stray = [f for f in opt_ins if f not in pack]
     if stray:
         raise invalid(path, f"opt_ins {stray} are not in 'pack' (give them their slot in pack order)")
+    todo = []
+    for p in pins:
+        missing = [w for w, bad in (("version", p.version.upper() == "TODO"),
+                                    ("commits", not p.commits or "todo" in p.commits)) if bad]
+        if missing:
+            todo.append(f"pin {p.dist}: " + " and ".join(f"{w} TODO" for w in missing))
     return Profile(
         name=path.stem,
         release=field(data, "release", str, path),
@@ -51,6 +57,7 @@ def load_profile(path: Path) -> Profile:
         pins=tuple(pins),
         pack=pack,
         opt_ins=opt_ins,
+        draft="; ".join(todo),
     )
 
 

@@ -4,13 +4,13 @@ changes per file, and the fixes that depend on others. Pure: no I/O."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import UsageError
 from ..models import Change, Fix, Plan, PlannedChange, Profile
 from .names import suggest
 
-__all__ = ["resolve", "restrict", "pack_chain", "applied_orders", "chains", "with_dependents"]
+__all__ = ["resolve", "restrict", "pack_chain", "applied_orders", "orders_of", "chains", "with_dependents"]
 
 
 def resolve(
@@ -122,12 +122,16 @@ def applied_orders(fixes: Mapping[str, Fix], profile: Profile) -> list[tuple[str
     meets: first the pack less every fix an opt-in of it supersedes (all opt-ins asked for), then
     for each superseded fix the pack less the fixes that supersede it. A fix is locked in the
     first order it is in."""
-    superseded = {old for fid in profile.pack for old in fixes[fid].supersedes if old in profile.pack}
-    orders = [tuple(f for f in profile.pack if f not in superseded)]
-    for old in (f for f in profile.pack if f in superseded):
-        orders.append(
-            tuple(f for f in profile.pack if f == old or (f not in superseded and old not in fixes[f].supersedes))
-        )
+    return orders_of({fid: fixes[fid].supersedes for fid in profile.pack}, profile.pack)
+
+
+def orders_of(supersedes: Mapping[str, Sequence[str]], pack: Sequence[str]) -> list[tuple[str, ...]]:
+    """``applied_orders`` from each fix's ``supersedes`` alone (lock renders transforms before the
+    catalog can load)."""
+    superseded = {old for fid in pack for old in supersedes[fid] if old in pack}
+    orders = [tuple(f for f in pack if f not in superseded)]
+    for old in (f for f in pack if f in superseded):
+        orders.append(tuple(f for f in pack if f == old or (f not in superseded and old not in supersedes[f])))
     return orders
 
 

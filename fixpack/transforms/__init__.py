@@ -48,8 +48,11 @@ from .edits import (
     CstFailed,
     Edit,
     EditError,
+    add_entries,
     add_function,
     add_import,
+    append_to,
+    extend_docstring,
     insert_after,
     insert_before,
     replace_body,
@@ -61,8 +64,11 @@ __all__ = [
     "CstFailed",
     "Edit",
     "Transform",
+    "add_entries",
     "add_function",
     "add_import",
+    "append_to",
+    "extend_docstring",
     "insert_after",
     "insert_before",
     "load_transforms",
@@ -129,5 +135,5 @@ def render_transforms(transforms: Sequence[Transform], read: Callable[[str], byt
         after = transform.apply(before)
         if after == before:
             raise CstFailed(path, "transform", "changes nothing: is the fix already in this file?")
-        parts.append(patch.render(path, before, after))
+        parts.append(patch.render(path, before, after, blobs=True))
     return "".join(parts)

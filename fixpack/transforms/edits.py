@@ -2,135 +2,28 @@
 
 from __future__ import annotations
 
-import ast
-import difflib
-import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from .anchors import (
+    CstFailed,
+    EditError,
+    _anchored,
+    _code,
+    _Definitions,
+    _expr_key,
+    _lines,
+    _norm,
+    _replace,
+    _statements,
+)
+from .places import _add_entries, _append_to, _extend_docstring
 
 if TYPE_CHECKING:  # pragma: no cover - for the type checker only
     import libcst as cst
 
-
-class CstFailed(ValueError):
-    """An edit could not be made: its anchor is missing or ambiguous, or its code does not parse."""
-
-    def __init__(self, path: str, edit: str, reason: str) -> None:
-        super().__init__(f"{path}: {edit}: {reason}")
-        self.path, self.edit, self.reason = path, edit, reason
-
-
-class EditError(Exception):
-    """Raised inside an edit; the transform adds the path and the edit's description."""
-
-
-def _norm(code: str) -> str:
-    # Anchors compare by tokens, not layout: an author copies a line without its indentation.
-    return " ".join(code.split())
-
-
-def _expr_key(code: str) -> str | None:
-    """An expression's syntax tree as text, so that ``a+1`` finds ``a + 1`` and ``(a + 1)``."""
-    try:
-        return ast.dump(ast.parse(f"({code})", mode="eval"))
-    except SyntaxError:
-        return None
-
-
-def _snippet(code: str, module: cst.Module) -> cst.Module:
-    import libcst as cst
-
-    text = textwrap.dedent(code).strip("\n") + "\n"
-    try:
-        return cst.parse_module(text, config=module.config_for_parsing)
-    except cst.ParserSyntaxError as exc:
-        raise EditError(f"its code does not parse: {exc.message} (line {exc.raw_line})") from None
-
-
-def _statements(code: str, module: cst.Module) -> list[cst.BaseStatement]:
-    """The statements of ``code``, keeping its leading comments (which libcst puts in the header)."""
-    snippet = _snippet(code, module)
-    if snippet.footer and any(line.comment for line in snippet.footer):
-        raise EditError("its code ends with comments, which would be lost: put them before a statement")
-    body = list(snippet.body)
-    if not body:
-        raise EditError("its code has no statements")
-    if snippet.header:
-        body[0] = body[0].with_changes(leading_lines=(*snippet.header, *body[0].leading_lines))
-    return body
-
-
-class _Definitions:
-    """Every class and function of a module by qualified name (nested ones under their parent's name)."""
-
-    def __init__(self, module: cst.Module) -> None:
-        import libcst as cst
-
-        found: dict[str, list[cst.CSTNode]] = {}
-        stack: list[str] = []
-
-        class Visitor(cst.CSTVisitor):
-            def _enter(self, node: cst.FunctionDef | cst.ClassDef) -> None:
-                stack.append(node.name.value)
-                found.setdefault(".".join(stack), []).append(node)
-
-            def _leave(self, _node: cst.CSTNode) -> None:
-                stack.pop()
-
-            visit_FunctionDef = visit_ClassDef = _enter  # noqa: N815 - libcst's visitor names
-            leave_FunctionDef = leave_ClassDef = _leave  # noqa: N815
-
-        module.visit(Visitor())
-        self.module, self.found = module, found
-
-    def one(self, name: str) -> cst.CSTNode:
-        """The one node ``name`` defines ("" is the module); fails when there are none or several."""
-        if name == "":
-            return self.module
-        nodes = self.found.get(name, [])
-        if not nodes:
-            close = difflib.get_close_matches(name, list(self.found), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise EditError(f"{name!r} is not defined in this file{hint}")
-        if len(nodes) > 1:
-            raise EditError(f"{name!r} is defined {len(nodes)} times (lines {_lines(self.module, nodes)}): ambiguous")
-        return nodes[0]
-
-
-def _lines(module: cst.Module, nodes: Sequence[cst.CSTNode]) -> str:
-    """Start lines of ``nodes``, for a message; positions are worked out only when one is needed."""
-    from libcst.metadata import MetadataWrapper, PositionProvider
-
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    return ", ".join(str(positions[n].start.line) for n in nodes if n in positions)
-
-
-def _code(module: cst.Module, node: cst.CSTNode) -> str:
-    if hasattr(node, "leading_lines"):
-        node = node.with_changes(leading_lines=())
-    return module.code_for_node(node)
-
-
-def _blocks_in(scope: cst.CSTNode) -> list[tuple[cst.CSTNode, int]]:
-    """(block, index) of every statement in ``scope``, at any depth; a block is a Module or IndentedBlock."""
-    import libcst as cst
-
-    out: list[tuple[cst.CSTNode, int]] = []
-
-    class Visitor(cst.CSTVisitor):
-        def visit_Module(self, node: cst.Module) -> None:  # noqa: N802 - libcst's visitor names
-            out.extend((node, i) for i in range(len(node.body)))
-
-        def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:  # noqa: N802
-            out.extend((node, i) for i in range(len(node.body)))
-
-    scope.visit(Visitor())
-    return out
-
-
-def _replace(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Module:
-    return new if old is module else module.deep_replace(old, new)  # type: ignore[return-value]
+__all__ = ["CstFailed", "EditError", "Edit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +71,26 @@ def add_import(statement: str) -> Edit:
     return Edit("add_import", "", (statement,))
 
 
+def append_to(name: str, code: str, block: str = "") -> Edit:
+    """Append ``code`` at the end of the body of ``name`` (a def or class; ``""``: the module) or,
+    given ``block``, of the one compound statement in ``name`` whose first line is ``block``
+    (``"if TYPE_CHECKING:"``). Upstream lines added at that end stay before it."""
+    return Edit("append_to", name, (code, block))
+
+
+def add_entries(name: str, code: str) -> Edit:
+    """Append entries to the dict or list literal assigned to ``name`` (``"VAR"``, ``"Class.VAR"``,
+    ``"func.VAR"``), after its last entry. ``code`` is the entries as written inside the literal,
+    comments and blank lines included (a leading newline after the opening quotes is dropped)."""
+    return Edit("add_entries", name, (code,))
+
+
+def extend_docstring(name: str, text: str) -> Edit:
+    """Append ``text`` to the docstring of ``name`` (``""``: the module's), before its closing quotes,
+    indented as those quotes are (a leading newline after the opening quotes is dropped)."""
+    return Edit("extend_docstring", name, (text,))
+
+
 def add_function(code: str, after: str = "") -> Edit:
     """Add a module-level ``def`` (or ``class``) after the top-level definition ``after``, or at the end.
 
@@ -198,23 +111,6 @@ def _replace_body(module: cst.Module, name: str, body: str) -> cst.Module:
     else:  # "def f(): return x" on one line becomes an indented block
         block = cst.IndentedBlock(body=statements)
     return _replace(module, node, node.with_changes(body=block))
-
-
-def _anchored(module: cst.Module, name: str, anchor: str) -> tuple[cst.CSTNode, int]:
-    scope = _Definitions(module).one(name)
-    want = _norm(anchor)
-    hits = []
-    for block, i in _blocks_in(scope):
-        code = _code(module, block.body[i]).strip()  # type: ignore[attr-defined]
-        if want in (_norm(code), _norm(code.splitlines()[0] if code else "")):
-            hits.append((block, i))
-    where = f"in {name!r}" if name else "in the module"
-    if not hits:
-        raise EditError(f"no statement {anchor!r} {where}")
-    if len(hits) > 1:
-        lines = _lines(module, [b.body[i] for b, i in hits])  # type: ignore[attr-defined]
-        raise EditError(f"statement {anchor!r} occurs {len(hits)} times {where} (lines {lines}): ambiguous")
-    return hits[0]
 
 
 def _splice(module: cst.Module, name: str, anchor: str, code: str, start: int, stop: int) -> cst.Module:
@@ -339,6 +235,9 @@ _KINDS: dict[str, Callable[..., Any]] = {
     "replace_expr": _replace_expr,
     "add_import": _add_import,
     "add_function": _add_function,
+    "append_to": _append_to,
+    "add_entries": _add_entries,
+    "extend_docstring": _extend_docstring,
 }
 
 

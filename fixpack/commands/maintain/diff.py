@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import format_datetime
+from pathlib import Path
 
 from ... import __version__
 from ...cookbook.catalog import Catalog
@@ -174,12 +175,13 @@ def mbox(
     author: str = "",
     now: datetime | None = None,
     signoff: str = "",
+    rebased: tuple[list[Message], Mapping[str, str]] | None = None,
 ) -> str:
     """The series ``git am`` takes: ``author`` is each message's From: ('Name <email>'), ``signoff``
-    its Signed-off-by: ("" for none)."""
+    its Signed-off-by: ("" for none). ``rebased``: the messages and bases of ``diff --onto``."""
     if not author:
         raise UsageError("an mbox needs an author: pass --author 'Name <email>'")
-    msgs = messages(plan, dist)
+    msgs, bases = rebased or (messages(plan, dist), {})
     when = format_datetime(now or datetime.now(timezone.utc))
     parts = []
     for n, m in enumerate(msgs, 1):
@@ -201,7 +203,7 @@ def mbox(
             f"{below}\n"
             "\n"
             f"{m.patch}"
-            f"\nbase-commit: {_base(profile, m.dist)}\n"
+            f"\nbase-commit: {bases.get(m.dist) or _base(profile, m.dist)}\n"
             f"-- \nfixpack {__version__}\n\n"
         )
     return "".join(parts)
@@ -257,14 +259,16 @@ def _pr_body(fix: Fix, patch: str) -> str:
     return "\n\n".join(f"## {name}\n\n{text}" for name, text in sections)
 
 
-def pr(plan: Plan, profile: Profile, dist: str | None = None) -> str:
+def pr(plan: Plan, profile: Profile, dist: str | None = None,
+       rebased: tuple[list[Message], Mapping[str, str]] | None = None) -> str:
     """Per fix and distribution: the pull request's title and body, as upstream asks for them (what,
     why, how it was tested, what was not), between lines that say which fix and base they are for."""
-    msgs = messages(plan, dist)
+    msgs, bases = rebased or (messages(plan, dist), {})
     parts = []
     for n, m in enumerate(msgs, 1):
         parts.append(
-            f"===== PR {n}/{len(msgs)}: {m.fix.id}, for {m.dist} at {_base(profile, m.dist)} =====\n"
+            f"===== PR {n}/{len(msgs)}: {m.fix.id}, for {m.dist} at "
+            f"{bases.get(m.dist) or _base(profile, m.dist)} =====\n"
             "Title:\n"
             f"{_subject(m.fix)}\n"
             "\n"
@@ -285,6 +289,7 @@ def export(
     signoff: bool = False,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    onto: Mapping[str, Path] | None = None,
 ) -> Export:
     """The patch text, the profile whose plan it follows (the first that has all ``fixes`` when
     none is named), and notes for the maintainer. ``author`` and ``signoff`` as :func:`identities`
@@ -301,7 +306,7 @@ def export(
     else:
         for f in fixes:
             catalog.fix(f)
-        holders = [p for p in catalog.profiles.values() if all(f in p.pack for f in fixes)]
+        holders = [p for p in catalog.usable if all(f in p.pack for f in fixes)]
         if not holders:
             raise UsageError("no profile has all of these fixes; give --profile")
         profile = holders[0]
@@ -309,14 +314,25 @@ def export(
         plan = restrict(plan, set(fixes))
     if dist and dist not in {p.dist for p in profile.pins}:
         raise UsageError(f"--dist {dist!r}: profile {profile.name} pins {', '.join(p.dist for p in profile.pins)}")
+    rebased: tuple[list[Message], Mapping[str, str]] | None = None
+    left_out: list[str] = []
+    if onto:
+        from .diff_onto import rebased as rebase  # runs port: loaded only for --onto
+
+        if dist and dist not in onto:
+            raise UsageError(f"--dist {dist!r} with --onto {', '.join(onto)}: export only what is rebased")
+        rows, left_out, bases = rebase(catalog, plan, profile, dict(onto))
+        msgs = [Message(*row) for row in rows]
+        rebased = (msgs, bases)
+    else:
+        msgs = messages(plan, dist)
     if fmt == "unified":
-        return Export(unified(plan, dist), profile.name)
-    msgs = messages(plan, dist)
+        return Export("".join(m.patch for m in msgs), profile.name, tuple(left_out))
     if fmt == "pr":
-        text = pr(plan, profile, dist)
+        text = pr(plan, profile, dist, rebased)
         read = [f"{_subject(m.fix)}\n{_pr_body(m.fix, m.patch)}" for m in msgs]
     else:
         who, signer = identities(author, signoff, env, cwd)
-        text = mbox(plan, profile, dist, who, signoff=signer)
+        text = mbox(plan, profile, dist, who, signoff=signer, rebased=rebased)
         read = [f"{_subject(m.fix)}\n{wrap(m.fix.why)}" for m in msgs]
-    return Export(text, profile.name, tuple(_notes(msgs, read, fmt == "mbox")))
+    return Export(text, profile.name, tuple(left_out + _notes(msgs, read, fmt == "mbox")))

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...cookbook import tomlfile
 from ...cookbook.catalog import Catalog
-from ...cookbook.fix_module import rendered_patch_name, transforms_file
+from ...cookbook.fix_module import load_fix, rendered_patch_name, transforms_file
 from ...cookbook.lockfile import write_lock
 from ...cookbook.profiles import load_profile
 from ...core import patch
 from ...core.fingerprint import of
-from ...core.plan import applied_orders, chains
+from ...core.plan import applied_orders, chains, orders_of
 from ...core.rebuild import build, compile_error, failed
 from ...errors import Refused, UsageError
 from ...models import Change, Fingerprint, Profile
@@ -66,28 +67,47 @@ def write(catalog: Catalog, profile: Profile, prints: dict[str, dict[str, Finger
 
 
 def render_cst(root: Path, profile: Profile, sources: dict[str, Path]) -> list[Path]:
-    """Render each cst fix of the pack against the pristine trees into ``<release>.rendered.patch``.
+    """Render each cst fix of the pack into ``<release>.rendered.patch``, against the bytes it meets
+    when applied: the pristine file with the changes of the fixes before it in pack order (as
+    ``fingerprints`` chains them, a superseded fix in its own order).
 
     Reads fix directories, not the catalog: the catalog needs the rendered patch to load a cst fix.
     Returns the files that changed.
     """
     from ...transforms import CstFailed, load_transforms, render_transforms
 
-    changed = []
-    for fid in profile.pack:
-        fix_dir = root / "fixes" / fid
-        spec = transforms_file(fix_dir, profile.release)
-        if spec is None:
-            continue
+    dirs = {fid: root / "fixes" / fid for fid in profile.pack}
+    specs = {fid: transforms_file(d, profile.release) for fid, d in dirs.items()}
+    todo = {fid for fid, spec in specs.items() if spec is not None}
+    supersedes = {fid: tuple(tomlfile.read(d / "fix.toml").get("supersedes", [])) for fid, d in dirs.items()}
+    changed: list[Path] = []
+    before: dict[str, list[Change]] = {}  # path -> the changes of the fixes met so far in this order
+
+    def read(path: str) -> bytes | None:
         try:
-            text = render_transforms(load_transforms(spec), lambda path: read_source(sources, profile, path))
-        except (CstFailed, ValueError) as exc:
-            raise Refused(f"{fid}: {exc}", fix_id=fid) from None
-        target = fix_dir / rendered_patch_name(profile.release)
-        content = text.encode(patch.ENC, patch.ERRORS)
-        if not target.exists() or target.read_bytes() != content:
-            target.write_bytes(content)
-            changed.append(target)
+            return build(read_source(sources, profile, path), [_unlocked(c) for c in before.get(path, [])])
+        except Refused as exc:
+            raise Refused(f"{path}: a fix before a transform does not apply: {exc.message}", path=path) from None
+
+    for order in orders_of(supersedes, profile.pack):
+        before.clear()
+        for fid in order:
+            if not todo:
+                return changed
+            spec = specs[fid]
+            if spec is not None and fid in todo:
+                todo.discard(fid)
+                try:
+                    text = render_transforms(load_transforms(spec), read)
+                except (CstFailed, ValueError) as exc:
+                    raise Refused(f"{fid}: {exc}", fix_id=fid) from None
+                target = dirs[fid] / rendered_patch_name(profile.release)
+                content = text.encode(patch.ENC, patch.ERRORS)
+                if not target.exists() or target.read_bytes() != content:
+                    target.write_bytes(content)
+                    changed.append(target)
+            for change in load_fix(dirs[fid]).changes.get(profile.release, ()):
+                before.setdefault(change.path, []).append(change)
     return changed
 
 
@@ -102,6 +122,6 @@ def lock(root: Path, profile_name: str | None, sources: dict[str, Path]) -> tupl
     prof_file = root / "profiles" / f"{profile_name}.toml"
     changed = render_cst(root, load_profile(prof_file), sources) if prof_file.exists() else []
     catalog = Catalog.load(root)
-    profile = catalog.profile(profile_name)
+    profile = catalog.profile(profile_name, drafts=True)
     changed += write(catalog, profile, fingerprints(catalog, profile, sources))
     return profile, changed

@@ -25,8 +25,10 @@ profile in which a maintainer only has to resolve the fixes left commented out.
 
 from __future__ import annotations
 
+import re
 import subprocess
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,178 +38,21 @@ from ...cookbook.profiles import draft_profile
 from ...core import patch as diff
 from ...core import rebuild
 from ...core.fingerprint import of
-from ...core.plan import chains as pack_chains
+from ...core.plan import orders_of
 from ...errors import UsageError
-from ...models import Change, Fingerprint, Fix, PortOutcome, Profile, ProofOutcome
+from ...models import Change, Fingerprint, Fix, Profile, ProofOutcome
 from ...site.commits import from_version_py
-from . import lock
-from .proofs import ProofPair, ProofPool, warm_up
+from ...transforms import load_transforms  # the authors' API; libcst itself loads only when an edit runs
+from . import lock, upstream_git
+from .port_change import Attempt, try_change
+from .port_report import ChangeReport, FixProof, PortReport
+from .proofs import ProofPair, ProofPool, Run, warm_up
 from .trees import Scratch
 
-if TYPE_CHECKING:  # libcst loads only when a transform runs
+if TYPE_CHECKING:
     from ...transforms import Transform
 
 __all__ = ["ChangeReport", "FixProof", "PortReport", "port"]
-
-
-@dataclass
-class ChangeReport:
-    fix: str
-    path: str
-    outcome: PortOutcome
-    detail: str = ""
-    hunk: str = ""  # the failing hunk, for a conflict
-    nearest: str = ""  # where the file comes closest to it, as a small diff
-    patch: str = ""  # the change re-rendered against the new tree, when it applies
-    fingerprint: Fingerprint | None = None
-
-    def to_json(self) -> dict[str, str]:
-        return {
-            "fix": self.fix,
-            "path": self.path,
-            "outcome": self.outcome,
-            "detail": self.detail,
-            "hunk": self.hunk,
-            "nearest": self.nearest,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class FixProof:
-    """A fix's proof on the new tree as it is (``pristine``) and with the ported pack (``ported``)."""
-
-    pristine: ProofOutcome
-    ported: ProofOutcome
-    detail: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        return {"pristine": self.pristine, "ported": self.ported, "detail": self.detail}
-
-
-@dataclass
-class PortReport:
-    from_release: str
-    to_release: str | None
-    changes: list[ChangeReport]
-    fix_ids: tuple[str, ...]
-    written: list[Path] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    proofs: dict[str, FixProof] = field(default_factory=dict)  # empty when proofs were not run
-
-    def counts(self) -> dict[str, int]:
-        return {o.value: sum(1 for c in self.changes if c.outcome == o) for o in PortOutcome}
-
-    def applies(self, fix_id: str) -> str:
-        """From the changes alone: conflict if any change conflicts, upstream if all are upstream, else ported."""
-        outcomes = {c.outcome for c in self.changes if c.fix == fix_id}
-        if "conflict" in outcomes:
-            return "conflict"
-        return "upstream" if outcomes == {"upstream"} else "ported"
-
-    def fix_outcome(self, fix_id: str) -> str:
-        """``applies``, except fixed-upstream when the proof passes on the new tree without the fix."""
-        outcome = self.applies(fix_id)
-        proof = self.proofs.get(fix_id)
-        if outcome != "upstream" and proof is not None and proof.pristine is ProofOutcome.PASSES:
-            return "fixed-upstream"
-        return outcome
-
-    def to_json(self) -> dict[str, object]:
-        fixes: list[dict[str, object]] = []
-        for f in self.fix_ids:
-            fixes.append({"id": f, "outcome": self.fix_outcome(f)})
-            if f in self.proofs:
-                fixes[-1]["proof"] = self.proofs[f].to_json()
-        return {
-            "from": self.from_release,
-            "to": self.to_release,
-            "counts": self.counts(),
-            "fixes": fixes,
-            "changes": [c.to_json() for c in self.changes],
-            "written": [str(p) for p in self.written],
-            "notes": self.notes,
-        }
-
-
-def _hunk_text(fd: diff.FileDiff, index: int) -> str:
-    hunk = fd.hunks[index - 1]
-    body = "".join(tag + (text if text.endswith("\n") else text + "\n") for tag, text in hunk.lines)
-    return f"@@ -{hunk.old_start} @@ (hunk #{index})\n{body}".rstrip("\n")
-
-
-def _contains(lines: list[str], want: tuple[str, ...]) -> bool:
-    bodies = [w.rstrip("\r\n") for w in want]
-    have = [line.rstrip("\r\n") for line in lines]
-    return any(have[i : i + len(bodies)] == bodies for i in range(len(have) - len(bodies) + 1))
-
-
-def _upstream(fd: diff.FileDiff, content: bytes | None) -> bool:
-    """The tree already holds the change's result: the reversed diff applies, or every hunk's new side is there."""
-    if content is None:
-        return fd.deletes
-    try:
-        diff.apply(fd.reversed(), content)
-        return True
-    except diff.HunkFailed:
-        pass
-    lines = content.decode(diff.ENC, diff.ERRORS).splitlines(keepends=True)
-    return all(_contains(lines, h.new) for h in fd.hunks)
-
-
-def _added_present(fd: diff.FileDiff, content: bytes | None) -> bool:
-    """Every run of added lines is in the file: the fix may be upstream in another form."""
-    if content is None:
-        return False
-    lines = content.decode(diff.ENC, diff.ERRORS).splitlines(keepends=True)
-    runs: list[tuple[str, ...]] = []
-    for hunk in fd.hunks:
-        run: list[str] = []
-        for tag, text in (*hunk.lines, (" ", "")):
-            if tag == "+" and text.strip():
-                run.append(text)
-            elif tag != "+" and run:
-                runs.append(tuple(run))
-                run = []
-    return bool(runs) and all(_contains(lines, r) for r in runs)
-
-
-def _try(change: Change, before: bytes | None, transform: Transform | None) -> tuple[ChangeReport, bytes | None]:
-    """One change on the bytes the chain has reached: its report and the bytes after it (``before`` if none)."""
-    fix, path = change.fix_id, change.path
-    locked = change.fingerprint is not None and of(before) == change.fingerprint.before
-    after: bytes | None
-    if transform is not None:
-        from ...transforms import CstFailed
-
-        try:
-            after = transform.apply(before)
-        except CstFailed as exc:
-            return ChangeReport(fix, path, PortOutcome.CONFLICT, f"{exc.edit}: {exc.reason}"), before
-        if after == before:
-            nothing = "the transform changes nothing: the tree already has it"
-            return ChangeReport(fix, path, PortOutcome.UPSTREAM, nothing), before
-        report = ChangeReport(fix, path, PortOutcome.UNCHANGED if locked else PortOutcome.CST)
-    else:
-        fd = rebuild.parsed(change)
-        try:
-            after = diff.apply(fd, before)
-        except diff.HunkFailed as exc:
-            if _upstream(fd, before):
-                there = "the new tree already has the patched lines"
-                return ChangeReport(fix, path, PortOutcome.UPSTREAM, there), before
-            detail = str(exc)
-            if _added_present(fd, before):
-                detail += "; but every added line is in the new tree: upstream in another form? check"
-            return ChangeReport(fix, path, PortOutcome.CONFLICT, detail, _hunk_text(fd, exc.index), exc.nearest), before
-        report = ChangeReport(fix, path, PortOutcome.UNCHANGED if locked else PortOutcome.OFFSET)
-        if not locked and change.fingerprint is None:
-            report.detail = "no fingerprints to compare with (run fixpack lock on the old release)"
-    problem = rebuild.compile_error(path, after)
-    if problem and rebuild.compile_error(path, before) is None:
-        broken = f"applies, but the result does not compile: {problem}"
-        return ChangeReport(fix, path, PortOutcome.CONFLICT, broken), before
-    report.patch = diff.render(path, before, after)
-    return report, after
 
 
 def _selection(
@@ -215,7 +60,7 @@ def _selection(
 ) -> tuple[Profile, list[Fix]]:
     """The fixes to port in pack order, and the profile of the old release whose pins map paths."""
     if profile_name:
-        profile = catalog.profile(profile_name)
+        profile = catalog.profile(profile_name, drafts=True)
         if profile.release != from_release:
             raise UsageError(f"profile {profile.name} is on release {profile.release}, not --from {from_release}")
     else:
@@ -241,79 +86,170 @@ def port(
     write: str | None = None,
     proofs: bool = True,
     jobs: int = 2,
+    resolved: dict[str, Path] | None = None,
 ) -> PortReport:
+    """Try the fixes on the new trees in the orders apply applies them (a fix an opt-in supersedes:
+    in its own order, without that opt-in); a fix's own port to the target release is tried instead
+    of its old release's changes. ``resolved``: path -> a maintainer's resolution of a merge."""
     profile, fixes = _selection(catalog, fix_ids, profile_name, from_release)
     if write == from_release:
         raise UsageError(f"--write {write}: that is the release the fixes are on")
+    target = write or _target(sources, profile)
+    skipped = _skipped(fixes, profile, from_release, sources)
+    fixes = [f for f in fixes if f.id not in skipped]
+    release_of = {f.id: target if target in f.changes else from_release for f in fixes}
     transforms: dict[tuple[str, str], Transform] = {}
     for fix in fixes:
-        spec = transforms_file(Path(fix.source), from_release)
+        spec = transforms_file(Path(fix.source), release_of[fix.id])
         if spec is not None:
-            from ...transforms import load_transforms
-
             transforms.update({(fix.id, t.path): t for t in load_transforms(spec)})
     reports: list[ChangeReport] = []
-    ported: dict[str, bytes | None] = {}  # path -> the new tree's file with every change that ported
-    for path, chain in pack_chains(fixes, from_release).items():
-        pristine = lock.read_source(sources, profile, path)
-        content = pristine
-        for change in chain:
-            report, after = _try(change, content, transforms.get((change.fix_id, path)))
-            if report.outcome.ported:
-                report.fingerprint = Fingerprint(of(pristine), of(content), of(after))
-            content = after
-            reports.append(report)
-        ported[path] = content
-    order = {f.id: i for i, f in enumerate(fixes)}
-    reports.sort(key=lambda r: order[r.fix])  # by fix in pack order; each fix's files in its patch's order
-    result = PortReport(from_release, write, reports, tuple(f.id for f in fixes))
+    ported: dict[str, dict[str, bytes | None]] = {}  # "" (the pack's order) or a superseded fix -> its files
+    by_id = {f.id: f for f in fixes}
+    for order in orders_of({f.id: f.supersedes for f in fixes}, [f.id for f in fixes]):
+        own = next((fid for fid in order if any(fid in by_id[o].supersedes for o in by_id)), "")
+        files = ported.setdefault(own, {})
+        chain_of: dict[str, list[Change]] = {}
+        for fid in order:
+            for change in by_id[fid].changes[release_of[fid]]:
+                chain_of.setdefault(change.path, []).append(change)
+        for path, chain in chain_of.items():
+            pristine = lock.read_source(sources, profile, path)
+            content = pristine
+            base = _bases(chain, sources, profile, path)
+            for change in chain:
+                hand = release_of[change.fix_id] if release_of[change.fix_id] != from_release else ""
+                mine = (resolved or {}).get(path) if change.fix_id in fix_ids else None
+                how = Attempt(transforms.get((change.fix_id, path)), hand, partial(base, change.fix_id), mine)
+                report, after = try_change(change, content, how, from_release)
+                if report.outcome.ported:
+                    report.fingerprint = Fingerprint(of(pristine), of(content), of(after))
+                content = after
+                if not own or change.fix_id == own:
+                    reports.append(report)
+            files[path] = content
+    order_of = {f.id: i for i, f in enumerate(fixes)}
+    reports.sort(key=lambda r: order_of[r.fix])  # by fix in pack order; each fix's files in its patch's order
+    result = PortReport(from_release, target, reports, tuple(f.id for f in fixes), skipped=skipped)
     if proofs:
         _prove(fixes, profile, sources, ported, result, jobs)
     if write:
-        _write(catalog, profile, fixes, result, sources, write)
+        _write(catalog, profile, fixes, result, sources, write, release_of)
     return result
+
+
+def _target(sources: dict[str, Path], profile: Profile) -> str:
+    """The name of the release the new trees are at, from the first one that is a git tree."""
+    names = (upstream_git.release_name(sources[p.dist]) for p in profile.pins if p.dist in sources)
+    return next((n for n in names if n), "the --source trees")
+
+
+def _skipped(fixes: list[Fix], profile: Profile, release: str, sources: dict[str, Path]) -> dict[str, str]:
+    """The fixes with a change in a distribution no --source names: fix id -> why it is left out."""
+    out = {}
+    for fix in fixes:
+        missing = sorted({pin.dist for c in fix.changes[release] if (pin := profile.pin_for_path(c.path))
+                          and pin.dist not in sources})
+        if missing:
+            out[fix.id] = f"no --source {missing[0]}=DIR: it changes {missing[0]}'s files"
+    return out
+
+
+def _bases(chain: list[Change], sources: dict[str, Path], profile: Profile, path: str) -> Callable[[str], bytes | None]:
+    """fix id -> the bytes its change met on the old release (the pinned file, read from the new
+    tree's git history, with the changes before it), for a three-way merge; None where unknown.
+    Read only when a change does not apply."""
+    known: dict[str, bytes | None] = {}
+
+    def base(fix_id: str) -> bytes | None:
+        if not known:
+            pin = profile.pin_for_path(path)
+            content = upstream_git.pinned_file(sources[pin.dist], pin, path) if pin and pin.dist in sources else None
+            for change in chain:
+                if content is None or change.release != profile.release:  # a hand port ends the old chain
+                    break
+                if change.fingerprint is not None and of(content) != change.fingerprint.before:
+                    break
+                known[change.fix_id] = content
+                try:
+                    content = diff.apply(rebuild.parsed(change), content)
+                except diff.HunkFailed:
+                    break
+            known.setdefault("", None)  # looked once
+        return known.get(fix_id)
+
+    return base
 
 
 def _prove(
     fixes: list[Fix],
     profile: Profile,
     sources: dict[str, Path],
-    ported: dict[str, bytes | None],
+    ported: dict[str, dict[str, bytes | None]],
     result: PortReport,
     jobs: int,
 ) -> None:
-    """Each fix's proof on copies of the new trees: as they are, and with ``ported`` written in."""
+    """Each fix's proof on copies of the new trees: as they are, and with the ported changes of the
+    order apply applies it in written in (a superseded fix: its own order's files, proven last)."""
     if not any(f.proof.script for f in fixes):
         result.proofs = {f.id: _judge(None, result.applies(f.id)) for f in fixes}
         return
     result.notes += _tree_notes(profile, sources)
     warm_up(fixes)
-    with Scratch(sources, profile, "fixpack-port-", changed="ported") as scratch:
-        for path, content in ported.items():
-            scratch.put(path, content)
-        with ProofPool(jobs) as pool:
-            unported = {f.id for f in fixes if result.applies(f.id) != "ported"}
-            runs = pool.pairs(fixes, scratch.trees(scratch.pristine), scratch.trees(scratch.changed),
-                              before_only=unported)
-    result.proofs = {fix.id: _judge(runs.get(fix.id), result.applies(fix.id)) for fix in fixes}
+    unported = {f.id for f in fixes if result.applies(f.id) != "ported"}
+    runs: dict[str, ProofPair] = {}
+    with Scratch(sources, profile, "fixpack-port-", changed="ported") as scratch, ProofPool(jobs) as pool:
+        for own, files in sorted(ported.items(), key=lambda kv: kv[0] != ""):
+            for path, content in files.items():
+                scratch.put(path, content)
+            mine = [f for f in fixes if (f.id == own if own else f.id not in ported)]
+            runs.update(pool.pairs(mine, scratch.trees(scratch.pristine), scratch.trees(scratch.changed),
+                                   before_only=unported))
+    missing = [f"--source {p.dist}=DIR" for p in profile.pins if p.dist not in sources]
+    result.proofs = {fix.id: _judge(runs.get(fix.id), result.applies(fix.id), missing) for fix in fixes}
 
 
-def _judge(runs: ProofPair | None, applies: str) -> FixProof:
+# The last line of a traceback that ends in a failed import: the proof cannot run on this tree.
+_IMPORT_ERROR = re.compile(r"^(?:ModuleNotFoundError|ImportError): .*$", re.MULTILINE)
+
+
+def _cannot_run(run: Run) -> Run:
+    """``run``, as cannot-run when it errored on an import."""
+    if run.outcome is ProofOutcome.ERROR and _IMPORT_ERROR.search(run.output):
+        return Run(ProofOutcome.CANNOT_RUN, run.output)
+    return run
+
+
+def _import_error(run: Run) -> str:
+    return _IMPORT_ERROR.findall(run.output)[-1]
+
+
+def _judge(runs: ProofPair | None, applies: str, missing: list[str] | None = None) -> FixProof:
     if runs is None:
         return FixProof(ProofOutcome.NOT_RUN, ProofOutcome.NOT_RUN, "no proof")
-    before, after = runs.before, runs.after
-    said = {
-        ProofOutcome.PASSES: "on the new tree without the fix the proof passes: the bug is gone there",
-        ProofOutcome.BUG_PRESENT: f"on the new tree: {before.tail(1)}",
-        ProofOutcome.ERROR: f"on the new tree the proof errors: {before.tail(3)}",
-    }
-    detail = [said[before.outcome]]
+    before, after = _cannot_run(runs.before), _cannot_run(runs.after)
+    failed = (ProofOutcome.BUG_PRESENT, ProofOutcome.ERROR)  # an import error keeps its own words
+    if missing and before.outcome in failed and after.outcome in (*failed, ProofOutcome.NOT_RUN):
+        # It may be failing for the tree not given rather than for the bug: it says nothing here.
+        said = f"cannot run without {', '.join(missing)}: {before.tail(1)}"
+        return FixProof(ProofOutcome.CANNOT_RUN, ProofOutcome.CANNOT_RUN, said)
+    detail = []
+    if before.outcome is ProofOutcome.PASSES:
+        detail.append("on the new tree without the fix the proof passes: the bug is gone there")
+    elif before.outcome is ProofOutcome.BUG_PRESENT:
+        detail.append(f"on the new tree: {before.tail(1)}")
+    elif before.outcome is ProofOutcome.CANNOT_RUN:
+        detail.append(f"cannot run on the new tree (import error): {_import_error(before)}")
+    else:
+        detail.append(f"on the new tree the proof fails: {before.tail(3)}")
     if after.outcome is ProofOutcome.NOT_RUN:
         detail.append(f"not run with the fix: it does not port ({applies})")
     elif after.outcome is ProofOutcome.BUG_PRESENT:
         detail.append(f"with the ported pack the proof still fails: {after.tail(1)}")
+    elif after.outcome is ProofOutcome.CANNOT_RUN:
+        detail.append(f"cannot run with the ported pack (import error): {_import_error(after)}")
     elif after.outcome is ProofOutcome.ERROR:
-        detail.append(f"with the ported pack the proof errors: {after.tail(3)}")
+        detail.append(f"with the ported pack the proof fails: {after.tail(3)}")
     return FixProof(before.outcome, after.outcome, "; ".join(detail))
 
 
@@ -322,7 +258,9 @@ def _tree_notes(profile: Profile, sources: dict[str, Path]) -> list[str]:
     notes = []
     for pin in profile.pins:
         if pin.dist not in sources:
-            notes.append(f"no --source {pin.dist}=DIR: proofs that need {pin.package} error")
+            notes.append(
+                f"no --source {pin.dist}=DIR: a proof that does not pass is cannot-run (it may need {pin.package})"
+            )
             continue
         try:
             commit = from_version_py(sources[pin.dist] / pin.package / "_version.py")
@@ -336,27 +274,39 @@ def _tree_notes(profile: Profile, sources: dict[str, Path]) -> list[str]:
     return notes
 
 
-def _write(
-    catalog: Catalog, profile: Profile, fixes: list[Fix], result: PortReport, sources: dict[str, Path], release: str
-) -> None:
+def _write(catalog: Catalog, profile: Profile, fixes: list[Fix], result: PortReport, sources: dict[str, Path],
+           release: str, release_of: dict[str, str]) -> None:
     prints: dict[str, dict[str, Fingerprint]] = {}
     for fix in fixes:
         mine = [r for r in result.changes if r.fix == fix.id]
+        fix_dir = Path(fix.source)
+        _write_conflicts(fix_dir, [r for r in mine if r.merge is not None and r.outcome == "conflict"], result)
         if result.fix_outcome(fix.id) != "ported":
             continue
-        fix_dir = Path(fix.source)
+        if release_of[fix.id] == release:  # its own port: used as written, only fingerprinted
+            result.notes.append(f"{fix.id}: its own [release.\"{release}\"] port is used as it is")
+            prints[fix.id] = {r.path: r.fingerprint for r in mine if r.fingerprint is not None}
+            continue
         cst_file = transforms_file(fix_dir, result.from_release)
-        patch_file = fix_dir / (rendered_patch_name(release) if cst_file else f"{release}.patch")
-        patch_file.write_bytes("".join(r.patch for r in mine if r.outcome.ported).encode(diff.ENC, diff.ERRORS))
-        result.written.append(patch_file)
+        cst_paths = {t.path for t in load_transforms(cst_file)} if cst_file else set()
+        parts: dict[Path, str] = {}  # a transform's file to the rendered patch, the others to the diff
+        for r in mine:
+            if r.outcome.ported:
+                name = rendered_patch_name(release) if r.path in cst_paths else f"{release}.patch"
+                parts[fix_dir / name] = parts.get(fix_dir / name, "") + r.patch
+        for patch_file, text in parts.items():
+            patch_file.write_bytes(text.encode(diff.ENC, diff.ERRORS))
+            result.written.append(patch_file)
+        names = sorted(p.name for p in parts)
         if release in fix.changes:
-            result.notes.append(f"{fix.id}: fix.toml already has release {release}; only {patch_file.name} rewritten")
+            result.notes.append(f"{fix.id}: fix.toml already has release {release}; only {', '.join(names)} rewritten")
         else:
             with open(fix_dir / "fix.toml", "a", encoding="utf-8") as fh:
-                fh.write(release_table(release, cst_file))
+                rendered = cst_file if rendered_patch_name(release) in names else None
+                fh.write(release_table(release, rendered, f"{release}.patch" in names))
             result.written.append(fix_dir / "fix.toml")
         if any(r.outcome == "upstream" for r in mine):
-            result.notes.append(f"{fix.id}: some of its files are upstream already; {patch_file.name} leaves them out")
+            result.notes.append(f"{fix.id}: some of its files are upstream already; {', '.join(names)} leave them out")
         prints[fix.id] = {r.path: r.fingerprint for r in mine if r.fingerprint is not None}
     draft = Profile(release, release, profile.description, profile.pins, profile.pack, profile.opt_ins)
     result.written += lock.write(catalog, draft, prints)
@@ -365,11 +315,23 @@ def _write(
         result.notes.append(f"{target} exists: no draft profile written")
         return
     kept = [f.id for f in fixes if result.fix_outcome(f.id) == "ported"]
-    left_out = {f.id: _why_not(result, f.id) for f in fixes if f.id not in kept}
+    left_out = {f.id: _why_not(result, f.id) for f in fixes if f.id not in kept} | result.skipped
     commits = {pin.dist: _commit_of(sources.get(pin.dist)) for pin in profile.pins}
     text = draft_profile(profile, release, result.from_release, kept, left_out, commits)
     target.write_text(text, encoding="utf-8")
     result.written.append(target)
+
+
+def _write_conflicts(fix_dir: Path, conflicts: list[ChangeReport], result: PortReport) -> None:
+    """Each merge left with conflict markers, next to the fix, and the command that records its resolution."""
+    for r in conflicts:
+        target = fix_dir / f"{result.to_release}.{Path(r.path).name}.conflict"
+        target.write_bytes(r.merge or b"")
+        result.written.append(target)
+        result.notes.append(
+            f"{r.fix}: {r.path}: resolve the conflicts in {target}, then record it: fixpack port {r.fix} "
+            f"--from {result.from_release} --source ... --write {result.to_release} --resolved {r.path}={target}"
+        )
 
 
 def _commit_of(tree: Path | None) -> str:

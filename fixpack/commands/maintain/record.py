@@ -10,6 +10,10 @@ A file the pristine tree lacks is recorded as a new one only if it is Python sou
 Edits fixpack made itself are not the maintainer's: a file the manifest says fixpack patched is
 compared with what fixpack made of it (the pristine bytes with the recorded fixes applied), so the
 new fix holds only the edits on top, and its fingerprints are taken at the end of the pack's chain.
+The edit's hunks are written against the release's pristine bytes (a three-way merge takes the
+fixes' changes out), with git's ``index`` line, unless it sits on a fix's lines: then they are
+taken on top of the fixes and the fix is required. Only the files the profile's fixes touch and
+Python files are compared: a binary a copied site lacks is not an edit.
 """
 
 from __future__ import annotations
@@ -31,15 +35,16 @@ from ...site.inplace import InPlace
 from ...site.manifest import Manifest
 from ...site.state import pristine_copy
 from ..install.pipeline import open_state
-from . import lock
+from . import lock, upstream_git
 
 
 @dataclass
 class Recorded:
     fix_dir: Path
     files: list[tuple[str, int, int]]  # path, lines added, removed
-    on_top_of: list[str]  # fixes fixpack had applied to the edited files: the diff is taken on them
+    on_top_of: list[str]  # fixes the diff of an edited file is taken on (the edit sits on one of theirs)
     notes: list[str] = field(default_factory=list)
+    requires: list[str] = field(default_factory=list)  # the fixes whose lines the edit sits on
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,7 @@ class _Edit:
     pristine: bytes | None
     base: bytes | None  # what the file was before the maintainer: pristine plus fixpack's fixes
     current: bytes | None
+    applied: tuple[Change, ...] = ()  # fixpack's changes that made ``base``
 
 
 def _skipped(rel: str) -> bool:
@@ -141,9 +147,10 @@ def _edits(
 ) -> tuple[list[_Edit], list[str]]:
     """The maintainer's edits in one distribution, and the paths whose pristine bytes are unknown."""
     edits, unknown = [], []
+    touched = {c.path for fid in profile.pack for c in catalog.fixes[fid].changes.get(profile.release, ())}
     for path in source.candidates():
-        if _skipped(path):
-            continue
+        if _skipped(path) or not (path in touched or path.endswith(".py")):
+            continue  # a file no fix touches that is not Python (a binary a copied site lacks) is no edit
         current = _read(dist, path)
         rec = manifest.files.get(path)
         chain = pack_chain(catalog.fixes, profile, path)
@@ -172,7 +179,7 @@ def _edits(
         applied = [_change_of(catalog, manifest, fid, path) for fid in (rec.fixes if rec else ())]
         base = rebuild.build(pristine, applied)
         if base != current:
-            edits.append(_Edit(path, pristine, base, current))
+            edits.append(_Edit(path, pristine, base, current, tuple(applied)))
     return edits, unknown
 
 
@@ -234,16 +241,54 @@ def record(
     if not edits:
         raise Refused("no edits found: every installed file is pristine or as fixpack left it")
 
-    patches = {e.path: diff.render(e.path, e.base, e.current) for e in edits}
+    patches: dict[str, str] = {}
+    on_top_of: list[str] = []
+    requires: list[str] = []
+    for e in edits:
+        patches[e.path], sits_on = _patch(e)
+        if sits_on:
+            on_top_of += [c.fix_id for c in e.applied]
+            requires += sits_on
     prints = {e.path: _fingerprint(catalog, profile, e, patches[e.path]) for e in edits}
-    on_top_of = list(
-        dict.fromkeys(f for e in edits for f in (manifest.files[e.path].fixes if e.path in manifest.files else ()))
-    )
+    on_top_of, requires = list(dict.fromkeys(on_top_of)), list(dict.fromkeys(requires))
     fix_dir.mkdir(parents=True)
-    (fix_dir / "fix.toml").write_text(skeleton(fix_id, profile.release, on_top_of), encoding="utf-8")
+    (fix_dir / "fix.toml").write_text(skeleton(fix_id, profile.release, on_top_of, requires), encoding="utf-8")
     (fix_dir / f"{profile.release}.patch").write_bytes("".join(patches.values()).encode(diff.ENC, diff.ERRORS))
     fix = load_fix(fix_dir)
     lock.write(Catalog({**catalog.fixes, fix_id: fix}, catalog.profiles, catalog.root), profile, {fix_id: prints})
     files = [(c.path, *rebuild.line_counts(c)) for c in fix.changes[profile.release]]
     notes.append(f"add {fix_id!r} to the pack of profiles/{profile.name}.toml (its fingerprints assume the end)")
-    return Recorded(fix_dir, files, on_top_of, notes)
+    return Recorded(fix_dir, files, on_top_of, notes, requires)
+
+
+def _patch(edit: _Edit) -> tuple[str, list[str]]:
+    """The edit's diff against the pristine bytes when the fixes' changes merge out of it, else on
+    top of them; and the fixes whose lines it sits on (none in the first case)."""
+    if not edit.applied:
+        return diff.render(edit.path, edit.pristine, edit.current, blobs=True), []
+    own = _merged(edit.pristine, edit.base, edit.current)
+    if own is not None:
+        patch = diff.render(edit.path, edit.pristine, own, blobs=True)
+        try:  # the pristine-based hunks must give the edited file back on top of the fixes
+            if diff.apply(diff.split_files(patch)[0], edit.base) == edit.current:
+                return patch, []
+        except diff.HunkFailed:
+            pass
+    sits_on = []
+    for change in edit.applied:
+        others = [c for c in edit.applied if c is not change]
+        try:
+            without = rebuild.build(edit.pristine, others)
+        except Refused:
+            without = None
+        if _merged(without, edit.base, edit.current) is None:
+            sits_on.append(change.fix_id)
+    return diff.render(edit.path, edit.base, edit.current, blobs=True), sits_on or [c.fix_id for c in edit.applied]
+
+
+def _merged(onto: bytes | None, base: bytes | None, edited: bytes | None) -> bytes | None:
+    """``git merge-file``: the change from ``base`` to ``edited`` made on ``onto``; None on a conflict."""
+    if onto is None or base is None or edited is None:
+        return None
+    done = upstream_git.merge(onto, base, edited, "pristine", "edit")
+    return done.content if done is not None and not done.conflicts else None

@@ -152,6 +152,9 @@ def _fix_set(book: Catalog, c: Checked) -> Plan | None:
         c.problems.append((r.line("fixes", "profile"), message))
         return None
     profile = book.profiles[r.profile]
+    if profile.draft:
+        c.problems.append((r.line("fixes", "profile"), f"profile {profile.name!r} is a draft ({profile.draft})"))
+        return None
     if r.release != profile.release:
         message = f"image release {r.release} is not profile {profile.name}'s ({profile.release})"
         c.problems.append((r.line("image", "release"), message))

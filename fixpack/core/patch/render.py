@@ -43,9 +43,19 @@ def _line(tag: str, text: str) -> str:
     return tag + text if text.endswith("\n") else f"{tag}{text}\n\\ No newline at end of file\n"
 
 
-def render(path: str, before: bytes | None, after: bytes | None, context: int = 3) -> str:
+def blob_id(content: bytes | None) -> str:
+    """git's object id of a file's bytes (``None``: absent, all zeros), as ``git hash-object`` gives it."""
+    if content is None:
+        return "0" * 40
+    import hashlib
+
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
+def render(path: str, before: bytes | None, after: bytes | None, context: int = 3, blobs: bool = False) -> str:
     """A git-style diff of one file (``None``: absent), with paths as in the upstream repository;
-    ``''`` when nothing changes."""
+    ``''`` when nothing changes. ``blobs``: with git's ``index`` line (abbreviated blob ids), which
+    ``git am -3`` needs to fall back on a three-way merge."""
     if context < 1:
         raise ValueError("context must be at least 1: fixpack refuses diffs without context")
     if before == after:
@@ -57,6 +67,9 @@ def render(path: str, before: bytes | None, after: bytes | None, context: int = 
         head += "new file mode 100644\n"
     elif after is None:
         head += "deleted file mode 100644\n"
+    if blobs:
+        mode = "" if before is None or after is None else " 100644"
+        head += f"index {blob_id(before)[:7]}..{blob_id(after)[:7]}{mode}\n"
     if not a and not b:  # an empty file created or deleted: git writes no ---/+++ and no hunk
         return head
     out = [
