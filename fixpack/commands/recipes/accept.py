@@ -122,6 +122,8 @@ class Session:
         self.spend(1)
         try:
             self.bare.get("/health", cast_to=object)
+        except ValueError:  # 200 with a body that is not JSON: vLLM's is empty
+            return None
         except self.openai.APIStatusError as exc:
             return f"/health answered {exc.status_code}"
         except self.openai.APIError as exc:
@@ -132,7 +134,7 @@ class Session:
         self.spend(1)
         try:
             out = self.bare.post("/tokenize", body={"model": self.model, "prompt": text}, cast_to=object)
-        except self.openai.APIError:
+        except (self.openai.APIError, ValueError):
             return None
         return list(out["tokens"]) if isinstance(out, dict) and "tokens" in out else None
 
@@ -151,6 +153,7 @@ class Session:
         stream = bool(body.pop("stream", False))
         start = time.monotonic()
         try:
+            made: Any
             if api == "chat":
                 messages = body.pop("messages")
                 made = self.api.chat.completions.create(
@@ -172,6 +175,29 @@ class Session:
             answer = Answer(error=f"{type(exc).__name__}: {exc}")
         answer.seconds = time.monotonic() - start
         return answer
+
+
+class Ticks:
+    """The chunks a stream has given so far; waiting for more ends when it ends."""
+
+    def __init__(self) -> None:
+        self.count, self.closed = 0, False
+        self.cond = threading.Condition()
+        self.stop = threading.Event()  # set: the reader closes the stream
+
+    def tick(self) -> None:
+        with self.cond:
+            self.count += 1
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def wait_beyond(self, n: int, timeout: float) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.count > n or self.closed, timeout)
 
 
 class Budget(Exception):
@@ -404,17 +430,17 @@ class Runner:
         return p.pairs_equal(pairs, float(e.get("tolerance", 0.0)), "equal to the solo answer")
 
     def _beside(self, probe: dict, first: dict, others: list[dict], after: str) -> tuple[Answer, list[Answer]]:
-        events = [threading.Event() for _ in range(len(others) + 1)]
+        ticks = [Ticks() for _ in range(len(others) + 1)]
         answers: list[Answer] = [Answer() for _ in range(len(others) + 1)]
         bodies = [first, *others]
 
         def stream(i: int) -> None:
-            answers[i] = self._stream(self.expand(bodies[i]), events[i])
+            answers[i] = self._stream(self.expand(bodies[i]), ticks[i])
 
         threads = [threading.Thread(target=stream, args=(i,), daemon=True) for i in range(len(bodies))]
-        for thread, event in zip(threads, events):  # each started once the one before streams
+        for thread, tick in zip(threads, ticks):  # each started once the one before streams
             thread.start()
-            event.wait(self.timeout)
+            tick.wait_beyond(0, self.timeout)
         if after == "finish":
             threads[0].join(self.timeout)
         probe_answer = self.send(probe)
@@ -422,8 +448,8 @@ class Runner:
             thread.join(self.timeout)
         return probe_answer, answers
 
-    def _stream(self, body: dict, started: threading.Event) -> Answer:
-        """A streamed request read to its end; ``started`` set at its first chunk (or its failure)."""
+    def _stream(self, body: dict, ticks: Ticks) -> Answer:
+        """A streamed request read to its end, each chunk counted in ``ticks`` (closed at its end)."""
         self.s.spend(1)
         body = dict(body)
         body.pop("stream", None)
@@ -433,12 +459,16 @@ class Runner:
         out = Answer()
         start = time.monotonic()
         try:
-            for _chunk in create(model=self.s.model, stream=True, extra_body=body, timeout=self.timeout, **main):
-                started.set()
+            stream = create(model=self.s.model, stream=True, extra_body=body, timeout=self.timeout, **main)
+            for _chunk in stream:
+                ticks.tick()
+                if ticks.stop.is_set():
+                    stream.close()
+                    break
         except self.s.openai.APIError as exc:
             out.error = f"{type(exc).__name__}: {exc}"
         finally:
-            started.set()
+            ticks.close()
         out.seconds = time.monotonic() - start
         return out
 
@@ -511,6 +541,9 @@ def accept(
             outcome = Runner(session, check).run()
         except Budget as exc:
             outcome = Outcome(False, str(exc), None)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            # an answer without the fields the OpenAI API gives them: the check fails, saying so
+            outcome = Outcome(False, f"the server's answer is not the API's shape: {type(exc).__name__}: {exc}", None)
         done = CheckResult(
             id=check.id,
             ok=outcome.ok,

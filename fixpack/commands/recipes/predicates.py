@@ -90,7 +90,8 @@ def _usage(out: Answer, usage: dict[str, Any] | None) -> None:
 def compare(a: Answer, b: Answer, tolerance: float) -> str | None:
     """Why two answers differ (text, tokens, or a logprob beyond ``tolerance``), or None."""
     if a.text != b.text:
-        return f"text {_short(a.text)} vs {_short(b.text)}"
+        tokens = f" (tokens {_first(a.tokens)} vs {_first(b.tokens)})" if a.tokens or b.tokens else ""
+        return f"text {_short(a.text)} vs {_short(b.text)}{tokens}"
     if a.tokens != b.tokens:
         first = next(i for i, (x, y) in enumerate(zip(a.tokens + [""], b.tokens + [""])) if x != y)
         return f"tokens differ from token {first}"
@@ -100,6 +101,10 @@ def compare(a: Answer, b: Answer, tolerance: float) -> str | None:
         if abs(x - y) > tolerance:
             return f"token {i}: logprob {x!r} vs {y!r} (tolerance {tolerance})"
     return None
+
+
+def _first(tokens: list[str], n: int = 4) -> str:
+    return " ".join(t.removeprefix("token_id:") for t in tokens[:n]) + (" ..." if len(tokens) > n else "")
 
 
 def _short(text: str, n: int = 40) -> str:
@@ -138,7 +143,7 @@ def needle(answers: list[Answer], numbers: list[str]) -> Outcome:
 
 
 def json_schema(answers: list[Answer], schemas: list[dict[str, Any]]) -> Outcome:
-    import jsonschema
+    import jsonschema  # type: ignore[import-untyped]
 
     good, why = 0, []
     for answer, schema in zip(answers, schemas):
