@@ -218,3 +218,47 @@ def test_performance_holds_within_the_tolerance_only() -> None:
     assert not p.performance("tokens_per_s", 34.0, 43.8, 0.2).ok
     assert p.performance("seconds_to_answer", 30.0, [16, 25], 0.25).ok
     assert not p.performance("seconds_to_answer", 32.0, [16, 25], 0.25).ok
+
+
+def test_a_tool_call_holds_only_when_named_with_json_arguments_that_say_the_value() -> None:
+    def call(name: str, arguments: str) -> p.Answer:
+        return p.Answer(tool_calls=[{"name": name, "arguments": arguments}])
+
+    assert p.tool_call([call("get_weather", '{"city": "Paris, France"}')], "get_weather", {"city": "Paris"}).ok
+    wrong = p.tool_call([call("get_weather", '{"city": "Lyon"}')], "get_weather", {"city": "Paris"})
+    assert not wrong.ok and "lack city" in wrong.detail
+    broken = p.tool_call([call("get_weather", '{"city": "Par')], "get_weather", {"city": "Paris"})
+    assert not broken.ok and "not JSON" in broken.detail
+    assert not p.tool_call([p.Answer(text="It is sunny.")], "get_weather", {}).ok
+
+
+def test_a_needle_is_found_only_in_the_answer() -> None:
+    found = p.Answer(text="The secret number is 481516.", reasoning="", prompt_tokens=65012)
+    missed = p.Answer(text="I do not know.", reasoning="481516", prompt_tokens=65012)
+    assert p.needle([found], ["481516"]).measured == "1/1 at 65,012 to 65,012 tokens"
+    assert not p.needle([found, missed], ["481516", "481516"]).ok
+
+
+def test_the_streamed_chunks_of_a_tool_call_are_assembled() -> None:
+    from fixpack.commands.recipes.accept_client import _assemble
+
+    class Chunk:
+        def __init__(self, data: dict) -> None:
+            self.data = data
+
+        def model_dump(self) -> dict:
+            return self.data
+
+    def delta(**fields: object) -> Chunk:
+        return Chunk({"choices": [{"delta": fields, "finish_reason": None}]})
+
+    chunks = [
+        delta(reasoning_content="The user wants "),
+        delta(tool_calls=[{"index": 0, "function": {"name": "get_weather", "arguments": ""}}]),
+        delta(tool_calls=[{"index": 0, "function": {"arguments": '{"city": '}}]),
+        delta(tool_calls=[{"index": 0, "function": {"arguments": '"Paris"}'}}]),
+    ]
+    answer = _assemble("chat", chunks, True, 0.0)
+    assert answer.tool_calls == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
+    assert answer.reasoning == "The user wants " and answer.text == ""
+    assert p.tool_call([answer], "get_weather", {"city": "Paris"}).ok

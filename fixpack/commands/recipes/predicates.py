@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Answer", "Outcome", "from_chat", "from_completion", "answer_text", "compare"]
+__all__ = ["Answer", "Outcome", "from_chat", "from_completion", "answer_text", "compare", "read_usage"]
 
 
 @dataclass
@@ -62,7 +62,7 @@ def from_chat(body: dict[str, Any], parser: bool) -> Answer:
         function = call.get("function") or {}
         out.tool_calls.append({"name": function.get("name") or "", "arguments": function.get("arguments") or ""})
     out.prompt_logprobs = body.get("prompt_logprobs")
-    _usage(out, body.get("usage"))
+    read_usage(out, body.get("usage"))
     return out
 
 
@@ -74,11 +74,11 @@ def from_completion(body: dict[str, Any]) -> Answer:
     out.logprobs = [x for x in logprobs.get("token_logprobs") or []]
     out.top = [list((d or {}).items()) for d in logprobs.get("top_logprobs") or []]
     out.prompt_logprobs = choice.get("prompt_logprobs")
-    _usage(out, body.get("usage"))
+    read_usage(out, body.get("usage"))
     return out
 
 
-def _usage(out: Answer, usage: dict[str, Any] | None) -> None:
+def read_usage(out: Answer, usage: dict[str, Any] | None) -> None:
     if not usage:
         return
     out.prompt_tokens = usage.get("prompt_tokens")
