@@ -20,6 +20,7 @@ from typing import Any
 
 from ...cookbook.checks import Check
 from ...cookbook.recipes import Recipe
+from ...core.names import suggest
 from ...errors import EnvironmentProblem, UsageError
 from . import predicates as p
 from .accept_client import HAYSTACK, Budget, Session, Ticks, fill, haystack, salted
@@ -59,8 +60,6 @@ def select(recipe: Recipe, only: tuple[str, ...]) -> list[Check]:
     if recipe.verify is None:
         raise UsageError(f"recipe {recipe.slug} has no verify section: nothing to accept ({recipe.shown})")
     by_id = recipe.verify.by_id()
-    from ...core.names import suggest
-
     for cid in only:
         if cid not in by_id:
             raise UsageError(f"recipe {recipe.slug} has no check {cid!r}{suggest(cid, list(by_id))}")
