@@ -262,3 +262,60 @@ def test_the_streamed_chunks_of_a_tool_call_are_assembled() -> None:
     assert answer.tool_calls == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
     assert answer.reasoning == "The user wants " and answer.text == ""
     assert p.tool_call([answer], "get_weather", {"city": "Paris"}).ok
+
+
+class _Listener:
+    """A loopback HTTP listener that notes each path it is asked for; it answers as a vLLM server
+    answers /health and /v1/models (the one model given), 404 to anything else."""
+
+    def __init__(self, model: str) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.paths: list[str] = []
+        listener = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                listener.paths.append(self.path)
+                body = b""
+                if self.path == "/v1/models":
+                    body = json.dumps({"object": "list", "data": [{"id": model, "object": "model"}]}).encode()
+                self.send_response(200 if self.path in ("/health", "/v1/models") else 404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> _Listener:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_accept_talks_to_the_url_given_and_no_proxy_of_the_environment() -> None:
+    """HTTP_PROXY and ALL_PROXY point at another listener: nothing reaches it."""
+    with _Listener("tiny") as server, _Listener("tiny") as proxy:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "HTTP_PROXY": proxy.url, "ALL_PROXY": proxy.url, "NO_PROXY": ""}
+        argv = [sys.executable, "-m", "fixpack", "recipe", "accept", str(TINY), "--url", server.url]
+        done = subprocess.run(
+            [*argv, "--model", "tiny", "--only", "server-healthy"], capture_output=True, text=True, env=env
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert proxy.paths == [] and server.paths == ["/v1/models", "/health", "/v1/models"], (server.paths, proxy.paths)
+
+
+def test_accept_exits_3_when_the_server_serves_another_model() -> None:
+    with _Listener("another") as server:
+        done = fixpack("recipe", "accept", str(TINY), "--url", server.url, "--model", "tiny")
+    assert done.returncode == 3, done.stderr
+    assert "serves another, not tiny" in done.stderr, done.stderr

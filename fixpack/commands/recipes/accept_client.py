@@ -49,8 +49,12 @@ class Session:
         self.model = model
         self.verify = verify
         self.parser = parser
-        self.api = openai.OpenAI(base_url=self.root + "/v1", api_key=api_key, max_retries=0, timeout=verify.timeout_s)
-        self.bare = openai.OpenAI(base_url=self.root, api_key=api_key, max_retries=0, timeout=30)
+        # trust_env off: no HTTP(S)_PROXY from the environment, so every byte goes to the URL given
+        self.http = openai.DefaultHttpxClient(trust_env=False)
+        self.api = openai.OpenAI(
+            base_url=self.root + "/v1", api_key=api_key, max_retries=0, timeout=verify.timeout_s, http_client=self.http
+        )
+        self.bare = openai.OpenAI(base_url=self.root, api_key=api_key, max_retries=0, timeout=30, http_client=self.http)
         self.sent = 0
         self.lock = threading.Lock()
         self._ratio: float | None = None
