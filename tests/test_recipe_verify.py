@@ -319,3 +319,10 @@ def test_accept_exits_3_when_the_server_serves_another_model() -> None:
         done = fixpack("recipe", "accept", str(TINY), "--url", server.url, "--model", "tiny")
     assert done.returncode == 3, done.stderr
     assert "serves another, not tiny" in done.stderr, done.stderr
+
+
+def test_show_verified_of_a_recipe_without_checks_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(RECIPE_FILE.read_text().split("\nverify:\n", 1)[0])
+    done = fixpack("recipe", "show", str(path), "--verified")
+    assert done.returncode == 2 and "has no verify section" in done.stderr, done.stderr

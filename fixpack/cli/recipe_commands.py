@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..errors import FixpackError
+from ..errors import FixpackError, UsageError
 from . import render, render_accept
 from .options import JSON, catalog, guard
 
@@ -137,6 +137,8 @@ def show(slug: str, launch: bool, fixes: bool, verified: bool, markdown: bool, a
 def _show_verified(r: Any, markdown: bool, as_json: bool) -> int:
     from ..commands.recipes.recipe import verified_table
 
+    if r.verify is None:
+        raise UsageError(f"recipe {r.slug} has no verify section: no checks to show ({r.shown})")
     tables = verified_table(r)
     if as_json:
         out = {
