@@ -3,9 +3,11 @@
 needs no trained model holds, the JUnit file says so. The allowed_token_ids check fails there, as
 it must today (vLLM issue #43894: vLLM's own gpu_input_batch.py, which the CPU server runs, leaves a
 row's allowed-token mask behind for the next request; the pack's allowed-token-ids-reuse fixes
-vllm-gaudi's copy only). On this server the leak is a race (measured: C came back as 100s in about
-1 of 4 to 1 of 8 sequences), so the test runs the check until it fails, bounded, and asserts the
-leak's own signature: C's tokens are the constrained request's 100s.
+vllm-gaudi's copy only). On this server the leak is a race: the tiny model decodes faster than its
+streams reach the client, so B can end before A is in the batch, or A before C is; only when A's
+row moved down over B's and C took A's old row does C inherit A's mask (seen with the input batch's
+rows logged). Measured: C came back as 100s in about 1 of 8 to 1 of 2 sequences; so the test runs
+the check until it fails, bounded, and asserts the leak's own signature: C's tokens are A's 100s.
 
 Then each predicate against a genuinely broken answer: a loopback proxy (the standard library's
 http.server on 127.0.0.1) hands on the real server's answer with one field altered, each case
