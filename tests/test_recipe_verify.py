@@ -326,3 +326,37 @@ def test_show_verified_of_a_recipe_without_checks_says_so(tmp_path: Path) -> Non
     path.write_text(RECIPE_FILE.read_text().split("\nverify:\n", 1)[0])
     done = fixpack("recipe", "show", str(path), "--verified")
     assert done.returncode == 2 and "has no verify section" in done.stderr, done.stderr
+
+
+def test_the_table_and_the_junit_of_a_run(tmp_path: Path) -> None:
+    import io
+    import xml.etree.ElementTree as ET
+
+    from fixpack.cli import render_accept
+    from fixpack.commands.recipes.accept import AcceptResult, CheckResult
+
+    def result(cid: str, ok: bool, detail: str, measured: str, page: str | None, fixes: tuple[str, ...]) -> CheckResult:
+        return CheckResult(cid, ok, detail, measured, page, page, "verified", fixes, 2, 0.5)
+
+    run = AcceptResult("tiny", "http://127.0.0.1:1", "m")
+    run.checks += [
+        result("top-logprobs-20", True, "", "20 entries on every token", "20 entries on every token", ("a",)),
+        result("leak", False, "#1: text 'x' vs ''", "5/6 equal", None, ("allowed-token-ids-reuse",)),
+    ]
+    out = io.StringIO()
+    render_accept.table(run, out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == ["check", "result", "measured", "page", "fixes", "it", "points", "at"]
+    assert lines[1].split()[:2] == ["top-logprobs-20", "held"] and not lines[1].endswith("a")
+    assert lines[2].split()[:2] == ["leak", "FAILED"] and lines[2].endswith("allowed-token-ids-reuse")
+    assert "(not on the page)" in lines[2] and lines[3] == "leak: #1: text 'x' vs ''"
+    assert lines[-1].endswith("1 held, 1 failed")
+
+    render_accept.junit(run, tmp_path / "out" / "accept.xml")
+    suite = ET.parse(tmp_path / "out" / "accept.xml").getroot()
+    assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert cases["top-logprobs-20"].find("failure") is None
+    failure = cases["leak"].find("failure")
+    assert failure is not None and failure.get("message") == "#1: text 'x' vs ''"
+    assert "allowed-token-ids-reuse" in failure.text
