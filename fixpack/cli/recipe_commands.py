@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from ..errors import FixpackError
-from . import render
+from ..errors import FixpackError, UsageError
+from . import render, render_accept
 from .options import JSON, catalog, guard
 
 
@@ -23,8 +23,9 @@ def recipe() -> None:
     """The cookbook's recipes: a page's model, layout, image, fix set, environment, serve command
     and rules, one YAML file each under recipes/<org>/<model>/, named by meta.slug.
 
-    Exit codes: 0 done; 1 a recipe breaks a check (check); 2 a recipe cannot be read or is not a
-    recipe, or an unknown recipe.
+    Exit codes: 0 done; 1 a recipe breaks a check (check), a check failed (accept); 2 a recipe
+    cannot be read or is not a recipe, or an unknown recipe; 3 the server cannot be reached or does
+    not serve the recipe's model (accept).
     """
 
 
@@ -88,18 +89,22 @@ def recipe_json(r: Any) -> dict[str, Any]:
 @click.argument("slug")
 @click.option("--launch", is_flag=True, help="Print the launch script: the exports, the apply line, vllm serve.")
 @click.option("--fixes", is_flag=True, help="Print the fix table: each fix the recipe depends on, opt-in, why.")
-@click.option("--markdown", is_flag=True, help="With --fixes: the table in Markdown, as on the page.")
+@click.option("--verified", is_flag=True, help="Print the page's Verified and Performance tables from its checks.")
+@click.option("--markdown", is_flag=True, help="With --fixes or --verified: the table in Markdown, as on the page.")
 @JSON
 @guard(_error)
-def show(slug: str, launch: bool, fixes: bool, markdown: bool, as_json: bool) -> int:
-    """Show one recipe (SLUG: its meta.slug), its launch script or its fix table."""
-    from ..commands.recipes.recipe import apply_args, fix_table, launch_script, pick, recipes
+def show(slug: str, launch: bool, fixes: bool, verified: bool, markdown: bool, as_json: bool) -> int:
+    """Show one recipe (SLUG: its meta.slug, or a recipe file's path), its launch script, its fix
+    table or its verified tables."""
+    from ..commands.recipes.recipe import apply_args, find, fix_table, launch_script
 
-    if launch and fixes:
-        raise click.UsageError("give --launch or --fixes, not both")
-    if markdown and not fixes:
-        raise click.UsageError("--markdown goes with --fixes")
-    r = pick(recipes(catalog()), slug)
+    if launch + fixes + verified > 1:
+        raise click.UsageError("give one of --launch, --fixes, --verified")
+    if markdown and not (fixes or verified):
+        raise click.UsageError("--markdown goes with --fixes or --verified")
+    r = find(catalog(), slug)
+    if verified:
+        return _show_verified(r, markdown, as_json)
     if launch:
         script = launch_script(r)
         if as_json:
@@ -126,6 +131,37 @@ def show(slug: str, launch: bool, fixes: bool, markdown: bool, as_json: bool) ->
         render.dump(recipe_json(r))
         return 0
     _show_human(r)
+    return 0
+
+
+def _show_verified(r: Any, markdown: bool, as_json: bool) -> int:
+    from ..commands.recipes.recipe import verified_table
+
+    if r.verify is None:
+        raise UsageError(f"recipe {r.slug} has no verify section: no checks to show ({r.shown})")
+    tables = verified_table(r)
+    if as_json:
+        out = {
+            name: [{"check": row, "result": res, "id": cid} for row, res, cid in rows] for name, rows in tables.items()
+        }
+        render.dump({"slug": r.slug, **out})
+        return 0
+    for name, heading in (("verified", "Verified"), ("performance", "Performance")):
+        rows = tables[name]
+        if not rows:
+            continue
+        first = "Check" if name == "verified" else "Test"
+        if markdown:
+            print(f"### {heading}\n\n| {first} | Result |\n|---|---|")
+            for row, res, _ in rows:
+                print(f"| {row.replace('|', '&#124;')} | {res.replace('|', '&#124;')} |")
+            print()
+        else:
+            width = max(len(row) for row, _, _ in rows)
+            print(f"{heading}\n{first:<{width}}  Result")
+            for row, res, _ in rows:
+                print(f"{row:<{width}}  {res}")
+            print()
     return 0
 
 
@@ -197,4 +233,41 @@ def check(slugs: tuple[str, ...], upstream: Path | None, as_json: bool) -> int:
     if not as_json:
         failed = sum(1 for c in result.checked if not c.ok)
         print(f"fixpack recipe check: {len(result.checked) - failed} passed, {failed} failed")
+    return 0 if result.ok else 1
+
+
+def _accept_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": False, "checks": [], "error": exc.message, "file": exc.path, "line": exc.line}
+
+
+@recipe.command()
+@click.argument("slug")
+@click.option(
+    "--url", required=True, help="The server to check, e.g. http://127.0.0.1:8000: no other address is sent to."
+)
+@click.option("--only", multiple=True, metavar="ID", help="Run only this check (repeatable).")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE", help="Write JUnit XML.")
+@click.option("--api-key", default="EMPTY", envvar="OPENAI_API_KEY", show_envvar=True, help="The server's API key.")
+@click.option("--model", help="The model name the server lists (default: the recipe's, or its --served-model-name).")
+@JSON
+@guard(_accept_error)
+def accept(
+    slug: str, url: str, only: tuple[str, ...], junit: Path | None, api_key: str, model: str | None, as_json: bool
+) -> int:
+    """Run a recipe's checks (its verify section: the page's Verified and Performance tables)
+    against a live server, with the official openai client (pip install 'fixpack[accept]').
+    SLUG: the recipe's meta.slug, or a recipe file's path. Exit 0 every check held, 1 some
+    failed, 3 the server cannot be reached or does not list the recipe's model."""
+    from ..commands.recipes.accept import accept as run_accept
+    from ..commands.recipes.accept import as_json as result_json
+    from ..commands.recipes.recipe import find
+
+    r = find(catalog(), slug)
+    result = run_accept(r, url, only=only, api_key=api_key, model=model, progress=render_accept.progress(sys.stderr))
+    if junit is not None:
+        render_accept.junit(result, junit)
+    if as_json:
+        render.dump(result_json(result))
+    else:
+        render_accept.table(result, sys.stdout)
     return 0 if result.ok else 1

@@ -19,6 +19,7 @@ import yaml
 from ..errors import UsageError
 from ..runtime import rules as rulebook
 from . import default_root, schema
+from .checks import Verify, read_verify
 
 __all__ = ["Recipe", "Upstream", "load_recipe", "load_recipes", "RECIPES_DIR"]
 
@@ -67,6 +68,7 @@ class Recipe:
     serve_args: tuple[tuple[str, str | None], ...]  # (option, value or None for a flag), in order
     rules: tuple[dict[str, Any], ...]  # as fixpack.runtime.rules reads them (JSON-able)
     upstream: Upstream | None
+    verify: Verify | None = None  # the page's "Verified" and "Performance" tables as checks
     lines: dict[Where, int] = field(default_factory=dict, repr=False, compare=False)
 
     def line(self, *where: str | int) -> int:
@@ -201,7 +203,9 @@ def load_recipe(path: Path, root: Path | None = None) -> Recipe:
         raise _error(shown, 1, f"cannot be read ({exc})") from None
     data, lines = _compose(text, shown)
     r = _Reader(shown, lines)
-    top = r.mapping(data, (), {"meta", "model", "hardware", "image", "fixes", "env", "serve", "rules"}, {"upstream"})
+    top = r.mapping(
+        data, (), {"meta", "model", "hardware", "image", "fixes", "env", "serve", "rules"}, {"upstream", "verify"}
+    )
 
     meta = r.mapping(top["meta"], ("meta",), {"title", "slug", "page"}, {"description"})
     model = r.mapping(top["model"], ("model",), {"id", "variant"}, {"description"})
@@ -277,6 +281,8 @@ def load_recipe(path: Path, root: Path | None = None) -> Recipe:
             features=r.strings(up.get("features", []), ("upstream", "features")),
         )
 
+    verify = read_verify(top["verify"], r.fail) if top.get("verify") is not None else None
+
     return Recipe(
         path=path,
         shown=shown,
@@ -301,6 +307,7 @@ def load_recipe(path: Path, root: Path | None = None) -> Recipe:
         serve_args=tuple(args),
         rules=tuple(rules),
         upstream=upstream,
+        verify=verify,
         lines=lines,
     )
 

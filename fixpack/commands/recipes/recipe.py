@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...cookbook.catalog import Catalog
-from ...cookbook.recipes import Recipe, load_recipes
+from ...cookbook.recipes import Recipe, load_recipe, load_recipes
 from ...core.names import suggest
 from ...core.plan import resolve
 from ...errors import FixpackError, UsageError
@@ -26,7 +26,19 @@ from ...runtime import rules as rulebook
 from .recipe_upstream import cross_check
 from .vllm_parser import Probe, probe
 
-__all__ = ["recipes", "pick", "apply_args", "plan_for", "launch_script", "fix_table", "check", "Checked", "CheckResult"]
+__all__ = [
+    "recipes",
+    "pick",
+    "find",
+    "verified_table",
+    "apply_args",
+    "plan_for",
+    "launch_script",
+    "fix_table",
+    "check",
+    "Checked",
+    "CheckResult",
+]
 
 APPLY_ALL = '"$COOKBOOK/fixes/apply_all.py"'
 
@@ -40,6 +52,24 @@ def pick(all_recipes: dict[str, Recipe], slug: str) -> Recipe:
         known = ", ".join(all_recipes) or "none"
         raise UsageError(f"unknown recipe {slug!r}{suggest(slug, list(all_recipes))}; known: {known}")
     return all_recipes[slug]
+
+
+def find(book: Catalog, slug: str) -> Recipe:
+    """A recipe of the cookbook by slug, or a recipe file outside it (``tests/``' own recipes) by path."""
+    path = Path(slug)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return load_recipe(path, book.root)
+    return pick(recipes(book), slug)
+
+
+def verified_table(recipe: Recipe) -> dict[str, list[tuple[str, str, str]]]:
+    """The page's tables from the checks: for "verified" and "performance", (row, result, check id)
+    for each check that is a row of the page, in the recipe's order."""
+    tables: dict[str, list[tuple[str, str, str]]] = {"verified": [], "performance": []}
+    for c in recipe.verify.checks if recipe.verify is not None else ():
+        if c.row is not None and c.result is not None:
+            tables[c.table].append((c.row, c.result, c.id))
+    return tables
 
 
 def apply_args(recipe: Recipe) -> list[str]:
@@ -134,6 +164,11 @@ def _check_one(book: Catalog, c: Checked, parser: Probe, index: int) -> None:
             c.problems.append((r.line("serve", "args"), f"vLLM's parser refuses the serve arguments: {parsed.error}"))
     _layout(c)
     _rule_names(book, c, parser)
+    for i, chk in enumerate(r.verify.checks if r.verify is not None else ()):
+        for j, fid in enumerate(chk.fixes):
+            if fid not in book.fixes:
+                line = r.line("verify", "checks", i, "fixes", j)
+                c.problems.append((line, f"check {chk.id} names unknown fix {fid!r}{suggest(fid, list(book.fixes))}"))
     if plan is not None:
         for finding in rulebook.evaluate(r.rules, r.env_dict(), r.argv[1:], {f.id for f in plan.fixes}):
             message = f"its own launch breaks rule {finding.rule} ({finding.verdict}): {finding.message}"
