@@ -6,14 +6,15 @@ logprobs path decodes each such id with ``tokenizer.decode``; sentencepiece rais
 inside AsyncLLM's output handler, which ends it: the request gets HTTP 500, ``/health`` 503, and the
 API server shuts itself down.
 
-- The stock server (the serve environment as built, no fixpack): one ``/v1/completions`` with
-  ``logprobs: 0`` answers 500, ``/health`` never answers 200 again, and every process of the server
-  ends by itself; its log holds the traceback through ``convert_ids_list_to_tokens``.
+- The stock server (the serve environment as built, no fixpack): the tiny recipe's check
+  ``logprobs-decode-guard-sentencepiece`` run by ``fixpack recipe accept`` fails; its first
+  ``/v1/completions`` with ``logprobs: 0`` answers 500, ``/health`` never answers 200 again, and
+  every process of the server ends by itself; its log holds the traceback through ``convert_ids_list_to_tokens``.
 - The same environment with the pack applied as an overlay through the entry point
   (``fixes/apply_all.py --overlay DIR --exec vllm serve ...``, the venv untouched): REQUESTS
   requests of four kinds (completions with ``logprobs: 0``, the same streamed, chat with
   ``top_logprobs``, completions with ``prompt_logprobs``), each carrying ids past the tokenizer's
-  pieces in its logprobs, all answered; ``/health`` 200 after.
+  pieces in its logprobs, all answered; ``/health`` 200 after; the recipe's check holds.
 - The control, without a third server: stock vLLM's ``convert_ids_list_to_tokens`` decodes ids
   past the vocabulary to "" with a fast (byte-level) tokenizer (the other serve tests' tiny model),
   and raises with this one.
@@ -38,6 +39,7 @@ import pytest
 from build_env import ServeEnv
 from make_sp_model import PIECES
 from server import Server, free_port, logs_on_failure
+from test_accept import one, run_cli
 from test_serve import CHECK_LINE, assert_no_fixpack, entry_point, serve_args, vllm_environ
 
 HERE = Path(__file__).resolve().parent
@@ -64,7 +66,9 @@ STOCK_LOG = [
     '"POST /v1/completions HTTP/1.1" 500',
     "Shutting down",
 ]
-SLOW = "Using a slow tokenizer."  # vLLM's warning when the tokenizer it loaded is not a fast one
+SLOW = "Using a slow tokenizer."
+# The tiny recipe's check of this symptom (tests/recipes/tiny-qwen3.yaml), run through recipe accept.
+RECIPE_CHECK = "logprobs-decode-guard-sentencepiece"  # vLLM's warning when the tokenizer it loaded is not a fast one
 
 
 @pytest.fixture(scope="module")
@@ -201,9 +205,10 @@ def ask_all(server: Server, model: Path) -> tuple[dict[str, int], int]:
 
 
 def test_stock_server_dies_on_logprobs(serve_env: ServeEnv, sp_model: Path, tmp_path: Path) -> None:
-    """Without fixpack: one completion with ``logprobs: 0`` answers 500, /health never answers 200
-    again, and the server's processes end by themselves, after the traceback through the logprobs
-    path's detokenizer."""
+    """Without fixpack: the tiny recipe's check, through ``recipe accept``, fails on its first
+    request (a completion with ``logprobs: 0``: HTTP 500); /health never answers 200 again, and the
+    server's processes end by themselves, after the traceback through the logprobs path's
+    detokenizer."""
     port = free_port()
     stock = Server(
         [str(serve_env.bin / "vllm"), *serve_args(sp_model, port, 1)],
@@ -219,10 +224,13 @@ def test_stock_server_dies_on_logprobs(serve_env: ServeEnv, sp_model: Path, tmp_
             stock.wait_ready()
             assert stock.ready_s is not None
             sent = time.monotonic()
-            with pytest.raises(openai.InternalServerError) as failed:
-                completion(client(stock), sp_model, PROMPTS[0])
-            assert failed.value.status_code == 500
+            # the recipe's check, as a team would run it: its first request ends the server
+            accepted = run_cli(stock.url(""), sp_model, "--only", RECIPE_CHECK, "--json")
             answered_s = time.monotonic() - sent
+            assert accepted.returncode == 1, accepted.stdout + accepted.stderr
+            (check,) = json.loads(accepted.stdout)["checks"]
+            # none answered (the first got the 500 the log shows below; the server was gone for the rest)
+            assert not check["ok"] and check["measured"].startswith("0/"), check
             seen = []
             while stock.ended() is None and time.monotonic() - sent < EXIT_TIMEOUT:
                 seen.append(health(stock))
@@ -241,8 +249,9 @@ def test_stock_server_dies_on_logprobs(serve_env: ServeEnv, sp_model: Path, tmp_
         assert_no_fixpack(stock)
     assert stock.exited_s is not None
     print(
-        f"serve: stock, SentencePiece tokenizer: ready in {stock.ready_s:.1f} s; 1 completion with logprobs 0 "
-        f"answered 500 in {answered_s:.1f} s; /health after it: {sorted(set(seen), key=str)}; every process "
+        f"serve: stock, SentencePiece tokenizer: ready in {stock.ready_s:.1f} s; recipe accept --only {RECIPE_CHECK} "
+        f"failed ({check['detail'][:60]}, {check['measured']}) in {answered_s:.1f} s; "
+        f"/health after it: {sorted(set(seen), key=str)}; every process "
         f"ended by itself {stock.exited_s - stock.ready_s - answered_s:.1f} s later (exit {code}); "
         f"test {time.monotonic() - start:.1f} s"
     )
@@ -274,6 +283,8 @@ def test_pack_answers_logprobs(serve_env: ServeEnv, sp_model: Path, tmp_path: Pa
         answered, padded = ask_all(fixed, sp_model)
         requests_s = time.monotonic() - sent
         assert health(fixed) == 200
+        check = one(fixed.url(""), sp_model, RECIPE_CHECK)
+        assert check.ok, check
         log = fixed.text()
         assert SLOW in log, "the server did not load a slow (SentencePiece) tokenizer"
         assert "output_handler failed" not in log
@@ -282,6 +293,7 @@ def test_pack_answers_logprobs(serve_env: ServeEnv, sp_model: Path, tmp_path: Pa
         f"serve: with the pack, SentencePiece tokenizer: ready in {fixed.ready_s:.1f} s; "
         f"{sum(answered.values())} of {REQUESTS} requests answered ({answered}) in {requests_s:.1f} s, "
         f"{padded} logprob entries past the tokenizer's {PIECES} pieces; /health 200 after; "
+        f"recipe accept --only {RECIPE_CHECK}: held ({check.measured}); "
         f"test {time.monotonic() - start:.1f} s"
     )
 
