@@ -40,9 +40,7 @@ def corpus(seed: int = 0, lines: int = 4000) -> list[str]:
 
 
 def make(out: Path) -> None:
-    import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = Tokenizer(models.BPE())
@@ -73,8 +71,17 @@ def make(out: Path) -> None:
         )
     )
 
+    save_weights(out, bos=ids["<|endoftext|>"], eos=ids["<|im_end|>"], pad=ids["<|endoftext|>"])
+
+
+def save_weights(out: Path, bos: int, eos: int, pad: int, vocab: int = 1024) -> None:
+    """The tiny Qwen3's config and random weights (fixed seed, float32) in ``out``, with the
+    tokenizer's special ids."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
     config = Qwen3Config(
-        vocab_size=1024,
+        vocab_size=vocab,
         hidden_size=128,
         intermediate_size=256,
         num_hidden_layers=2,
@@ -85,16 +92,16 @@ def make(out: Path) -> None:
         rope_theta=10000.0,
         tie_word_embeddings=False,
         initializer_range=0.2,
-        bos_token_id=ids["<|endoftext|>"],
-        eos_token_id=ids["<|im_end|>"],
-        pad_token_id=ids["<|endoftext|>"],
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=pad,
     )
     config.dtype = "float32"
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config).to(torch.float32).eval()
     model.save_pretrained(out)  # config.json, generation_config.json, model.safetensors
     if not (out / "model.safetensors").is_file():
-        raise SystemExit(f"make_model: no model.safetensors in {out}")
+        raise SystemExit(f"no model.safetensors in {out}")
 
 
 if __name__ == "__main__":

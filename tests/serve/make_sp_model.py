@@ -26,7 +26,7 @@ import json
 import sys
 from pathlib import Path
 
-from make_model import CHAT_TEMPLATE, corpus
+from make_model import CHAT_TEMPLATE, corpus, save_weights
 
 PIECES = 400
 VOCAB = 1024  # the config's vocab_size: ids PIECES..VOCAB-1 have no piece
@@ -35,8 +35,7 @@ MARKERS = ["<|im_start|>", "<|im_end|>"]
 
 def make(out: Path) -> None:
     import sentencepiece as spm
-    import torch
-    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoTokenizer
 
     out.mkdir(parents=True, exist_ok=True)
     model = io.BytesIO()
@@ -72,27 +71,7 @@ def make(out: Path) -> None:
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
     ids = {piece: sp.piece_to_id(piece) for piece in ("<s>", "</s>", "<pad>")}
 
-    config = Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=512,
-        rope_theta=10000.0,
-        tie_word_embeddings=False,
-        initializer_range=0.2,
-        bos_token_id=ids["<s>"],
-        eos_token_id=ids["</s>"],
-        pad_token_id=ids["<pad>"],
-    )
-    config.dtype = "float32"
-    torch.manual_seed(0)
-    Qwen3ForCausalLM(config).to(torch.float32).eval().save_pretrained(out)
-    if not (out / "model.safetensors").is_file():
-        raise SystemExit(f"make_sp_model: no model.safetensors in {out}")
+    save_weights(out, bos=ids["<s>"], eos=ids["</s>"], pad=ids["<pad>"], vocab=VOCAB)
     # as the server loads it: beside a Qwen3 config, whose own tokenizer class is a fast one
     tokenizer = AutoTokenizer.from_pretrained(out)
     if tokenizer.is_fast or len(tokenizer) != PIECES:

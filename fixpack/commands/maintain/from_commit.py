@@ -20,13 +20,11 @@ from ...cookbook.catalog import Catalog
 from ...cookbook.fix_module import FIX_ID, backport_skeleton, load_fix
 from ...core import patch as diff
 from ...core import rebuild
-from ...core.fingerprint import of
-from ...core.plan import pack_chain
 from ...errors import Refused, UsageError
-from ...models import Fingerprint, Profile
+from ...models import Profile
 from . import lock
 from .history import Repo
-from .record import Recorded
+from .record import Recorded, fingerprint_at_end
 
 __all__ = ["record_commit"]
 
@@ -90,16 +88,7 @@ def record_commit(
         upstream = diff.render(path, repo.show(base, path), repo.show(tip, path))
         pristine, ported = _port(profile, sources, path, upstream)
         patches[path] = diff.render(path, pristine, ported)
-        before = rebuild.build(pristine, pack_chain(catalog.fixes, profile, path))
-        (fd,) = diff.split_files(patches[path])
-        try:
-            after = diff.apply(fd, before)
-        except diff.HunkFailed as exc:
-            raise Refused(
-                f"{path}: the change does not apply after the pack's other fixes (the opt-ins included): {exc}",
-                details=exc.nearest,
-            ) from None
-        prints[path] = Fingerprint(of(pristine), of(before), of(after))
+        prints[path] = fingerprint_at_end(catalog, profile, path, pristine, patches[path])
     subject, body = repo.message(tip)
     fix_dir.mkdir(parents=True)
     text = backport_skeleton(fix_id, profile.release, subject or "TODO", _why(tip, base, body), tip)

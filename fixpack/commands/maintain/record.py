@@ -191,18 +191,21 @@ def _change_of(catalog: Catalog, manifest: Manifest, fix_id: str, path: str) -> 
     return change
 
 
-def _fingerprint(catalog: Catalog, profile: Profile, edit: _Edit, patch: str) -> Fingerprint:
-    """As ``fixpack lock`` will take it with the new fix at the end of the pack."""
-    before = rebuild.build(edit.pristine, pack_chain(catalog.fixes, profile, edit.path))
+def fingerprint_at_end(
+    catalog: Catalog, profile: Profile, path: str, pristine: bytes | None, patch: str
+) -> Fingerprint:
+    """A new fix's change to ``path`` fingerprinted as ``fixpack lock`` will take it, with the fix at
+    the end of the pack (after every other fix, the opt-ins included)."""
+    before = rebuild.build(pristine, pack_chain(catalog.fixes, profile, path))
     (fd,) = diff.split_files(patch)
     try:
         after = diff.apply(fd, before)
     except diff.HunkFailed as exc:
         raise Refused(
-            f"{edit.path}: the edit does not apply after the pack's other fixes (the opt-ins included): {exc}",
+            f"{path}: the change does not apply after the pack's other fixes (the opt-ins included): {exc}",
             details=exc.nearest,
         ) from None
-    return Fingerprint(of(edit.pristine), of(before), of(after))
+    return Fingerprint(of(pristine), of(before), of(after))
 
 
 def record(
@@ -249,7 +252,7 @@ def record(
         if sits_on:
             on_top_of += [c.fix_id for c in e.applied]
             requires += sits_on
-    prints = {e.path: _fingerprint(catalog, profile, e, patches[e.path]) for e in edits}
+    prints = {e.path: fingerprint_at_end(catalog, profile, e.path, e.pristine, patches[e.path]) for e in edits}
     on_top_of, requires = list(dict.fromkeys(on_top_of)), list(dict.fromkeys(requires))
     fix_dir.mkdir(parents=True)
     (fix_dir / "fix.toml").write_text(skeleton(fix_id, profile.release, on_top_of, requires), encoding="utf-8")
