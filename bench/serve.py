@@ -162,15 +162,22 @@ def fixpack_figures(server: Server) -> dict:
     }
 
 
-def bench_end_to_end(env: ServeEnv, model: Path, work: Path, tp: int, runs: int) -> dict:
+def bench_end_to_end(env: ServeEnv, model: Path, work: Path, tp: int, runs: int, control: bool = False) -> dict:
+    """``runs`` rounds of a stock and a fixpack server, the order swapped every round; with
+    ``control``, a second stock server in each round too (the three in turn), whose difference from
+    the first is what two stock starts differ by on this machine."""
     rounds = []
     for i in range(runs):
-        order = ("stock", "fixpack") if i % 2 == 0 else ("fixpack", "stock")
+        if control:
+            sides = ("stock", "fixpack", "control")
+            order = sides[i % 3 :] + sides[: i % 3]
+        else:
+            order = ("stock", "fixpack") if i % 2 == 0 else ("fixpack", "stock")
         row: dict = {}
         for side in order:
             port = free_port()
             args = serve_args(model, port, tp)
-            if side == "stock":
+            if side in ("stock", "control"):
                 argv = [str(env.bin / "vllm"), *args]
             else:
                 argv = entry_point(
@@ -193,9 +200,13 @@ def bench_end_to_end(env: ServeEnv, model: Path, work: Path, tp: int, runs: int)
                 shutil.rmtree(work / f"overlay-tp{tp}-{i}")
             log(f"TP {tp} round {i + 1}/{runs} {side}: first answer after {first:.2f} s (ready {ready:.2f} s)")
         row["difference_s"] = row["fixpack"]["first_answer_s"] - row["stock"]["first_answer_s"]
+        if control:
+            row["control_difference_s"] = row["control"]["first_answer_s"] - row["stock"]["first_answer_s"]
         rounds.append(row)
     diffs = [r["difference_s"] for r in rounds]
+    controls = [r["control_difference_s"] for r in rounds if "control_difference_s" in r]
     return {
+        "control_differences_s": controls,
         "rounds": rounds,
         "stock_first_answer_median_s": median([r["stock"]["first_answer_s"] for r in rounds]),
         "fixpack_first_answer_median_s": median([r["fixpack"]["first_answer_s"] for r in rounds]),
@@ -316,6 +327,12 @@ def report(result: dict) -> str:
             f"difference per round median {e2e['difference_median_s']:+.2f} s (min {e2e['difference_min_s']:+.2f}, "
             f"max {e2e['difference_max_s']:+.2f})"
         )
+        if e2e.get("control_differences_s"):
+            c = e2e["control_differences_s"]
+            lines.append(
+                f"  control (a second stock server each round): second stock minus stock median {median(c):+.2f} s "
+                f"(min {min(c):+.2f}, max {max(c):+.2f})"
+            )
     return "\n".join(lines)
 
 
@@ -328,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tp", type=int, nargs="+", default=[1, 2], choices=[1, 2])
     parser.add_argument("--apply-runs", type=int, default=7, help="cold and warm applies (default 7)")
     parser.add_argument("--hook-runs", type=int, default=1, help="servers with the hook's timing shim per TP size")
+    parser.add_argument(
+        "--control", action="store_true", help="a second stock server in each round: the noise of a paired difference"
+    )
     parser.add_argument("--workdir", type=Path, help="scratch folder (default: a new temporary one, removed)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
     ns = parser.parse_args(argv)
@@ -363,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"TP {tp}: the import hook")
             hook = bench_hook(env, model, work, tp, ns.hook_runs)
             log(f"TP {tp}: end to end, {ns.runs} rounds")
-            result["tp"][str(tp)] = {"hook": hook, "end_to_end": bench_end_to_end(env, model, work, tp, ns.runs)}
+            e2e = bench_end_to_end(env, model, work, tp, ns.runs, ns.control)
+            result["tp"][str(tp)] = {"hook": hook, "end_to_end": e2e}
         result["load_at_end"] = os.getloadavg()[0]
         judge(result)
         text = report(result)

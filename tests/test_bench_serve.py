@@ -62,3 +62,11 @@ def test_a_missed_goal_is_said() -> None:
     judge(result)
     assert not result["tp"]["1"]["sums"]["cold"]["met"] and not result["tp"]["1"]["sums"]["warm"]["met"]
     assert report(result).count("MISSED") == 2
+
+
+def test_the_control_rounds_are_reported_only_when_run() -> None:
+    result = _result(stock_s=30.0)
+    judge(result)
+    assert "control" not in report(result)
+    result["tp"]["1"]["end_to_end"]["control_differences_s"] = [0.4, -0.2, 1.1]
+    assert "second stock minus stock median +0.40 s (min -0.20, max +1.10)" in report(result)
