@@ -9,7 +9,7 @@ from pathlib import Path
 from ...cookbook.catalog import Catalog
 from ...errors import UsageError
 from ...models import Fix, Plan, Profile
-from . import upstream_git
+from . import history
 from .port import port
 
 __all__ = ["rebased"]
@@ -48,7 +48,7 @@ def rebased(
                 notes.append(f"{fix.id}: not exported onto {result.to_release}: the tree already has it")
                 continue
             msgs.append((fix, dist, patch))
-    bases = {dist: upstream_git.head(tree) or "unknown" for dist, tree in onto.items()}
+    bases = {dist: history.tree_head(tree) or "unknown" for dist, tree in onto.items()}
     return msgs, notes, bases
 
 

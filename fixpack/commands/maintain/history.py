@@ -1,7 +1,8 @@
 """What an upstream tree's git history says, for ``upstream``, verify's check of the recorded
-``[upstream]`` fields and ``record --from-commit``: read with git's own commands (``rev-parse``,
-``merge-base``, ``rev-list``, ``patch-id``, ``archive``), never written. A tree that is not a git
-work tree has no ``Repo``."""
+``[upstream]`` fields, ``record --from-commit`` and ``port`` (the release a tree is at, a file as
+the old release's pinned commit has it, and ``git merge-file`` of a change that no longer applies):
+read with git's own commands (``rev-parse``, ``merge-base``, ``rev-list``, ``patch-id``,
+``archive``, ``merge-file``), never written. A tree that is not a git work tree has no ``Repo``."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ import io
 import re
 import subprocess
 import tarfile
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import EnvironmentProblem
+from ...models import Pin
 
-__all__ = ["Repo", "patch_id", "pr_number"]
+__all__ = ["Merged", "Repo", "merge", "patch_id", "pinned_file", "pr_number", "release_name", "tree_head"]
 
 _PR = re.compile(r"(?:[\w.-]+/[\w.-]+#|https?://\S+/pull/)([0-9]+)/?\Z")
 _SHA = re.compile(r"(?:[\w.-]+/[\w.-]+@|https?://\S+/commit/)?([0-9a-f]{7,40})\Z")
@@ -141,3 +144,74 @@ class Repo:
                 tar.extractall(dest, filter="data")
             else:  # a Python before 3.10.12: git archive's own output, of a commit's paths only
                 tar.extractall(dest)
+
+
+# --- for port: trees that may have no history, and git that may be missing --------------------
+
+# The labels of git merge-file's conflict markers, in its order: current, base, other.
+LABELS = ("the new tree", "{release} (pristine)", "{fix}")
+
+
+def _repo(tree: Path) -> Repo | None:
+    try:
+        return Repo.at(tree)
+    except EnvironmentProblem:  # no git: port takes the tree as a plain folder
+        return None
+
+
+def release_name(tree: Path) -> str | None:
+    """The release a git tree is at: its tag, else ``<branch>-<8 hex>`` (``main-091bbadd``, the name
+    a hand port of main is given), else ``commit-<8 hex>``; None when it is not a git tree."""
+    repo = _repo(tree)
+    if repo is None:
+        return None
+    tag = repo._out("describe", "--tags", "--exact-match", "HEAD")
+    if tag:
+        return tag
+    sha = repo._out("rev-parse", "--short=8", "HEAD")
+    if not sha:
+        return None
+    refs = repo._out("for-each-ref", "--points-at", "HEAD", "--format=%(refname:lstrip=-1)", "refs/heads",
+                     "refs/remotes")
+    branch = next((r for r in (refs or "").splitlines() if r and r != "HEAD"), "")
+    return f"{branch or 'commit'}-{sha}"
+
+
+def tree_head(tree: Path) -> str | None:
+    """The commit a git tree is at (None: not a git tree)."""
+    repo = _repo(tree)
+    return repo.head() if repo is not None else None
+
+
+def pinned_file(tree: Path, pin: Pin, path: str) -> bytes | None:
+    """``path`` as one of the pin's commits has it, read from the new tree's git history (None when
+    the tree has none of those commits, or the file is not there)."""
+    repo = _repo(tree)
+    if repo is None:
+        return None
+    return next((c for commit in pin.commits if (c := repo.show(commit, path)) is not None), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Merged:
+    content: bytes  # the merge, with conflict markers where ``conflicts`` > 0
+    conflicts: int
+
+
+def merge(current: bytes, base: bytes, fixed: bytes, release: str, fix: str) -> Merged | None:
+    """``git merge-file``: the change from ``base`` to ``fixed`` (the fix on the old release) made on
+    ``current`` (the new tree's file). None when git cannot run."""
+    labels = [label.format(release=release, fix=fix) for label in LABELS]
+    with tempfile.TemporaryDirectory(prefix="fixpack-merge-") as tmp:
+        files = []
+        for name, content in (("current", current), ("base", base), ("fixed", fixed)):
+            (Path(tmp) / name).write_bytes(content)
+            files.append(str(Path(tmp) / name))
+        args = ["git", "merge-file", "-p", *(a for label in labels for a in ("-L", label)), *files]
+        try:
+            out = subprocess.run(args, capture_output=True, check=False, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    if out.returncode < 0 or out.returncode > 127:  # git's own failure, not a count of conflicts
+        return None
+    return Merged(out.stdout, out.returncode)

@@ -43,7 +43,7 @@ from ...errors import UsageError
 from ...models import Change, Fingerprint, Fix, Profile, ProofOutcome
 from ...site.commits import from_version_py
 from ...transforms import load_transforms  # the authors' API; libcst itself loads only when an edit runs
-from . import lock, upstream_git
+from . import history, lock
 from .port_change import Attempt, try_change
 from .port_report import ChangeReport, FixProof, PortReport
 from .proofs import ProofPair, ProofPool, Run, warm_up
@@ -140,7 +140,7 @@ def port(
 
 def _target(sources: dict[str, Path], profile: Profile) -> str:
     """The name of the release the new trees are at, from the first one that is a git tree."""
-    names = (upstream_git.release_name(sources[p.dist]) for p in profile.pins if p.dist in sources)
+    names = (history.release_name(sources[p.dist]) for p in profile.pins if p.dist in sources)
     return next((n for n in names if n), "the --source trees")
 
 
@@ -164,7 +164,7 @@ def _bases(chain: list[Change], sources: dict[str, Path], profile: Profile, path
     def base(fix_id: str) -> bytes | None:
         if not known:
             pin = profile.pin_for_path(path)
-            content = upstream_git.pinned_file(sources[pin.dist], pin, path) if pin and pin.dist in sources else None
+            content = history.pinned_file(sources[pin.dist], pin, path) if pin and pin.dist in sources else None
             for change in chain:
                 if content is None or change.release != profile.release:  # a hand port ends the old chain
                     break

@@ -12,7 +12,7 @@ from ...core import patch as diff
 from ...core import rebuild
 from ...core.fingerprint import of
 from ...models import Change, PortOutcome
-from . import upstream_git
+from . import history
 from .port_report import ChangeReport
 
 if TYPE_CHECKING:  # libcst loads only when a transform runs
@@ -136,7 +136,7 @@ def _merge(change: Change, current: bytes | None, base: bytes | None, release: s
         return None
     if fixed is None:
         return None
-    done = upstream_git.merge(current, base, fixed, release, change.fix_id)
+    done = history.merge(current, base, fixed, release, change.fix_id)
     if done is None:
         return None
     if done.conflicts:

@@ -35,7 +35,7 @@ from ...site.inplace import InPlace
 from ...site.manifest import Manifest
 from ...site.state import pristine_copy
 from ..install.pipeline import open_state
-from . import lock, upstream_git
+from . import history, lock
 
 
 @dataclass
@@ -293,5 +293,5 @@ def _merged(onto: bytes | None, base: bytes | None, edited: bytes | None) -> byt
     """``git merge-file``: the change from ``base`` to ``edited`` made on ``onto``; None on a conflict."""
     if onto is None or base is None or edited is None:
         return None
-    done = upstream_git.merge(onto, base, edited, "pristine", "edit")
+    done = history.merge(onto, base, edited, "pristine", "edit")
     return done.content if done is not None and not done.conflicts else None
