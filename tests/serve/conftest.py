@@ -53,18 +53,29 @@ def serve_env() -> ServeEnv:
     return ServeEnv(Path(root).absolute())
 
 
-@pytest.fixture(scope="session")
-def tiny_model(serve_env: ServeEnv, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("serve") / "tiny-qwen3"
+def make_model(serve_env: ServeEnv, factory: pytest.TempPathFactory, script: str, name: str, what: str) -> Path:
+    """A tiny model made by ``script`` (run under the serve environment's interpreter, offline)."""
+    out = factory.mktemp("serve") / name
     start = time.monotonic()
     done = subprocess.run(
-        [str(serve_env.python), str(HERE / "make_model.py"), str(out)],
+        [str(serve_env.python), str(HERE / script), str(out)],
         capture_output=True,
         text=True,
         timeout=MODEL_TIMEOUT,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     if done.returncode != 0:
-        pytest.fail(f"make_model.py failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
-    print(f"serve: the tiny model made in {time.monotonic() - start:.1f} s", flush=True)
+        pytest.fail(f"{script} failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+    print(f"serve: {what} made in {time.monotonic() - start:.1f} s", flush=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model(serve_env: ServeEnv, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model(serve_env, tmp_path_factory, "make_model.py", "tiny-qwen3", "the tiny model")
+
+
+@pytest.fixture(scope="session")
+def sp_model(serve_env: ServeEnv, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen3 with a SentencePiece tokenizer of fewer pieces than its ids (make_sp_model.py)."""
+    return make_model(serve_env, tmp_path_factory, "make_sp_model.py", "tiny-qwen3-spm", "the SentencePiece model")

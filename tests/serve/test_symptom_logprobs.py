@@ -26,7 +26,6 @@ failure).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 import urllib.error
@@ -35,7 +34,6 @@ from pathlib import Path
 
 import build_env
 import openai
-import pytest
 from build_env import ServeEnv
 from make_sp_model import PIECES
 from server import Server, free_port, logs_on_failure
@@ -66,26 +64,9 @@ STOCK_LOG = [
     '"POST /v1/completions HTTP/1.1" 500',
     "Shutting down",
 ]
-SLOW = "Using a slow tokenizer."
+SLOW = "Using a slow tokenizer."  # vLLM's warning when the tokenizer it loaded is not a fast one
 # The tiny recipe's check of this symptom (tests/recipes/tiny-qwen3.yaml), run through recipe accept.
-RECIPE_CHECK = "logprobs-decode-guard-sentencepiece"  # vLLM's warning when the tokenizer it loaded is not a fast one
-
-
-@pytest.fixture(scope="module")
-def sp_model(serve_env: ServeEnv, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("serve") / "tiny-qwen3-spm"
-    start = time.monotonic()
-    done = subprocess.run(
-        [str(serve_env.python), str(HERE / "make_sp_model.py"), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    if done.returncode != 0:
-        pytest.fail(f"make_sp_model.py failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
-    print(f"serve: the SentencePiece model made in {time.monotonic() - start:.1f} s", flush=True)
-    return out
+RECIPE_CHECK = "logprobs-decode-guard-sentencepiece"
 
 
 def client(server: Server) -> openai.OpenAI:

@@ -17,14 +17,14 @@ import re
 from pathlib import Path
 
 from ...cookbook.catalog import Catalog
-from ...cookbook.fix_module import FIX_ID, backport_skeleton, load_fix
+from ...cookbook.fix_module import backport_skeleton, load_fix
 from ...core import patch as diff
 from ...core import rebuild
 from ...errors import Refused, UsageError
 from ...models import Profile
 from . import lock
 from .history import Repo
-from .record import Recorded, fingerprint_at_end
+from .record import Recorded, fingerprint_at_end, new_fix_dir
 
 __all__ = ["record_commit"]
 
@@ -64,11 +64,7 @@ def _port(profile: Profile, sources: dict[str, Path], path: str, upstream: str) 
 def record_commit(
     catalog: Catalog, fix_id: str, profile_name: str, repo_dir: Path, rev: str, sources: dict[str, Path]
 ) -> Recorded:
-    if not FIX_ID.match(fix_id):
-        raise UsageError(f"fix id {fix_id!r} must be lower-case-with-dashes")
-    fix_dir = catalog.root / "fixes" / fix_id
-    if fix_id in catalog.fixes or fix_dir.exists():
-        raise UsageError(f"fix {fix_id!r} already exists ({fix_dir})")
+    fix_dir = new_fix_dir(catalog, fix_id)
     profile = catalog.profile(profile_name)
     repo = Repo.at(repo_dir)
     if repo is None:

@@ -208,15 +208,21 @@ def fingerprint_at_end(
     return Fingerprint(of(pristine), of(before), of(after))
 
 
-def record(
-    catalog: Catalog, fix_id: str, profile_name: str, site: Path | None = None, sources: dict[str, Path] | None = None
-) -> Recorded:
-    sources = sources or {}
+def new_fix_dir(catalog: Catalog, fix_id: str) -> Path:
+    """Where a new fix ``fix_id`` goes: refused unless the id is well formed and not taken."""
     if not FIX_ID.match(fix_id):
         raise UsageError(f"fix id {fix_id!r} must be lower-case-with-dashes")
     fix_dir = catalog.root / "fixes" / fix_id
     if fix_id in catalog.fixes or fix_dir.exists():
         raise UsageError(f"fix {fix_id!r} already exists ({fix_dir})")
+    return fix_dir
+
+
+def record(
+    catalog: Catalog, fix_id: str, profile_name: str, site: Path | None = None, sources: dict[str, Path] | None = None
+) -> Recorded:
+    sources = sources or {}
+    fix_dir = new_fix_dir(catalog, fix_id)
     profile = catalog.profile(profile_name)
     stray = sorted(set(sources) - {p.dist for p in profile.pins})
     if stray:
