@@ -108,6 +108,18 @@ def entry_point(python: Path, site: Path, *extra: str, opt_ins: tuple[str, ...] 
     ]
 
 
+def stock_server(serve_env: ServeEnv, model: Path, tp: int, log: Path, name: str) -> Server:
+    """``vllm serve`` of the environment as built, without fixpack, on a free loopback port."""
+    port = free_port()
+    return Server(
+        [str(serve_env.bin / "vllm"), *serve_args(model, port, tp)],
+        env=vllm_environ(serve_env.bin, tp),
+        port=port,
+        log=log,
+        name=name,
+    )
+
+
 def fix_set(python: Path, site: Path, *extra: str) -> dict:
     """``fixpack status --site SITE [--overlay DIR] --json``'s fix set, under the serve env's interpreter."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIXPACK_")}
@@ -270,14 +282,7 @@ def test_overlay_tp2(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> N
         log=tmp_path / "fixpack-tp2.log",
         name="TP 2 with the overlay",
     )
-    port = free_port()
-    stock = Server(
-        [str(serve_env.bin / "vllm"), *serve_args(tiny_model, port, 2)],
-        env=vllm_environ(serve_env.bin, 2),
-        port=port,
-        log=tmp_path / "stock-tp2.log",
-        name="TP 2 without fixpack",
-    )
+    stock = stock_server(serve_env, tiny_model, 2, tmp_path / "stock-tp2.log", "TP 2 without fixpack")
     start = time.monotonic()
     with logs_on_failure(fixed, stock):
         answers, tree = serve_and_ask(fixed, tiny_model)
@@ -325,14 +330,7 @@ def test_in_place_tp1(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
     fixed = Server(
         argv, env=vllm_environ(copy.bin, 1), port=port, log=tmp_path / "fixpack-tp1.log", name="TP 1 patched in place"
     )
-    port = free_port()
-    stock = Server(
-        [str(serve_env.bin / "vllm"), *serve_args(tiny_model, port, 1)],
-        env=vllm_environ(serve_env.bin, 1),
-        port=port,
-        log=tmp_path / "stock-tp1.log",
-        name="TP 1 without fixpack",
-    )
+    stock = stock_server(serve_env, tiny_model, 1, tmp_path / "stock-tp1.log", "TP 1 without fixpack")
     with logs_on_failure(fixed, stock):
         answers, tree = serve_and_ask(fixed, tiny_model)
         fixed_s = time.monotonic() - start

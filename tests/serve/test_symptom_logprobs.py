@@ -38,7 +38,7 @@ from build_env import ServeEnv
 from make_sp_model import PIECES
 from server import Server, free_port, logs_on_failure
 from test_accept import one, run_cli
-from test_serve import CHECK_LINE, assert_no_fixpack, entry_point, serve_args, vllm_environ
+from test_serve import CHECK_LINE, assert_no_fixpack, entry_point, serve_args, stock_server, vllm_environ
 
 HERE = Path(__file__).resolve().parent
 REQUESTS = 32  # 8 of each kind, one per prompt
@@ -190,13 +190,8 @@ def test_stock_server_dies_on_logprobs(serve_env: ServeEnv, sp_model: Path, tmp_
     request (a completion with ``logprobs: 0``: HTTP 500); /health never answers 200 again, and the
     server's processes end by themselves, after the traceback through the logprobs path's
     detokenizer."""
-    port = free_port()
-    stock = Server(
-        [str(serve_env.bin / "vllm"), *serve_args(sp_model, port, 1)],
-        env=vllm_environ(serve_env.bin, 1),
-        port=port,
-        log=tmp_path / "stock-spm.log",
-        name="TP 1 without fixpack, SentencePiece tokenizer",
+    stock = stock_server(
+        serve_env, sp_model, 1, tmp_path / "stock-spm.log", "TP 1 without fixpack, SentencePiece tokenizer"
     )
     start = time.monotonic()
     with logs_on_failure(stock):
