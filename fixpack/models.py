@@ -174,12 +174,17 @@ class Fix:
 
 @dataclass(frozen=True, slots=True)
 class Pin:
-    """A distribution a release pins: name, import package, version and accepted commits."""
+    """A distribution a release pins: name, import package, version and accepted commits.
+
+    ``match`` says what a build must show: ``"commit"`` (a commit read from the install must be one of
+    ``commits``) or ``"fingerprints"`` (any build of the version: a project that publishes one wheel
+    per platform, each with its own build commit; every patched file's fingerprint still decides)."""
 
     dist: str
     package: str
     version: str
     commits: tuple[str, ...]
+    match: str = "commit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +196,8 @@ class Profile:
     pack: tuple[str, ...]  # every fix of the release, opt-ins in their slots, in pack order
     opt_ins: tuple[str, ...]  # the pack's fixes that are applied only when named
     draft: str = ""  # why its pins are not real yet ("pin vllm-gaudi: version TODO"); "" when they are
+    # distributions that must not be installed beside it -> the profile that covers them
+    instead: tuple[tuple[str, str], ...] = ()
 
     @property
     def default_fixes(self) -> tuple[str, ...]:

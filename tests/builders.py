@@ -194,18 +194,24 @@ class Cookbook:
         name: str = "v0.26.0",
         release: str = "v0.26.0",
         commits: dict[str, list[str]] | None = None,
+        dists: tuple[str, ...] = tuple(PACKAGES),
+        match: str = "commit",
+        instead: dict[str, str] | None = None,
     ) -> Path:
+        """A profile pinning ``dists`` (each at 0.26.0, ``match`` for every pin); ``instead``: its
+        [instead] table (a distribution -> the profile to use where it is installed)."""
         commits = commits or {"vllm-gaudi": [GAUDI_COMMIT], "vllm": [VLLM_COMMIT, "ffd46bfab"]}
         pins = "".join(
-            f'\n[[pin]]\ndist = "{dist}"\npackage = "{pkg}"\nversion = "0.26.0"\n'
-            f"commits = {json.dumps(commits[dist])}\n"
-            for dist, pkg in PACKAGES.items()
+            f'\n[[pin]]\ndist = "{dist}"\npackage = "{PACKAGES[dist]}"\nversion = "0.26.0"\n'
+            f"commits = {json.dumps(commits[dist])}\nmatch = {json.dumps(match)}\n"
+            for dist in dists
         )
+        table = "".join(f"{dist} = {json.dumps(other)}\n" for dist, other in (instead or {}).items())
         path = self.root / "profiles" / f"{name}.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(
             f'release = "{release}"\ndescription = "test profile"\npack = {json.dumps(pack)}\n'
-            f"opt_ins = {json.dumps(list(opt_ins))}\n{pins}"
+            f"opt_ins = {json.dumps(list(opt_ins))}\n" + (f"\n[instead]\n{table}" if table else "") + pins
         )
         return path
 

@@ -110,7 +110,7 @@ def verify(
     (with --mutants, every surviving mutant not recorded as harmless).
     """
     from ..commands.maintain.verify import junit as junit_xml
-    from ..commands.maintain.verify import verify_profile
+    from ..commands.maintain.verify import verify_profiles
 
     book = catalog()
     chosen = [book.profile(p) for p in profiles] if profiles else book.usable
@@ -129,9 +129,9 @@ def verify(
         raise UsageError(f"--fix {unknown[0]}: not a fix of the pack of {packs}")
     only = frozenset(fix_ids) or None
     chosen = [prof for prof in chosen if only is None or only & set(prof.pack)]
-    verdicts = [v for prof in chosen for v in verify_profile(book, prof, roots, jobs=jobs, mutants=with_mutants,
-                                                                    per_fix=mutants_per_fix, coverage=with_coverage,
-                                                                    only=only)]
+    verdicts = verify_profiles(
+        book, chosen, roots, jobs=jobs, mutants=with_mutants, per_fix=mutants_per_fix, coverage=with_coverage, only=only
+    )
     if junit:
         junit.write_text(junit_xml(verdicts), encoding="utf-8")
     if as_json:
@@ -190,18 +190,22 @@ def _coverage_can_run() -> None:
 @SOURCE
 @guard(_ok_error)
 def lock(profile: str | None, sources: tuple[str, ...]) -> int:
-    """Refresh the fingerprints of a profile's fixes against pristine --source trees.
+    """Refresh the fingerprints of a profile's fixes (without --profile: of every profile whose
+    pinned distributions have a --source tree) against pristine --source trees.
 
     Refuses, naming the hunk, when a change no longer applies.
     """
     from ..commands.maintain.lock import lock as run
+    from ..commands.maintain.lock import lockable
     from ..cookbook import default_root
 
     root = default_root()
-    prof, changed = run(root, profile, parse_sources(sources))
-    for path in changed:
-        print(f"locked {path.relative_to(root)}")
-    print(f"fixpack lock: profile {prof.name}: {len(changed)} fingerprint file(s) changed")
+    roots = parse_sources(sources)
+    for name in [profile] if profile else lockable(root, roots):
+        prof, changed = run(root, name, roots)
+        for path in changed:
+            print(f"locked {path.relative_to(root)}")
+        print(f"fixpack lock: profile {prof.name}: {len(changed)} fingerprint file(s) changed")
     return 0
 
 
@@ -252,7 +256,7 @@ def build_site(site: Path, profile: str | None, vllm_gaudi: str, vllm_wheel: Pat
     from ..commands.maintain.build_site import build, next_step
 
     book = catalog()
-    prof = book.default_profile(profile)
+    prof = book.default_profile(profile, ("vllm-gaudi", "vllm"))  # the Gaudi image holds both
     for line in build(prof, site, vllm_gaudi, vllm_wheel, ref):
         print(f"fixpack: {line}", flush=True)
     if prof.opt_ins:
@@ -288,7 +292,11 @@ NEW_SOURCE = click.option(
 )
 @guard(_ok_error)
 def record(
-    fix_id: str, profile: str | None, sources: tuple[str, ...], as_json: bool, site: Path | None,
+    fix_id: str,
+    profile: str | None,
+    sources: tuple[str, ...],
+    as_json: bool,
+    site: Path | None,
     from_commit: tuple[Path, str] | None,
 ) -> int:
     """Write fixes/NEW-ID/ from the hand edits of the installed files (or, with --from-commit, from
@@ -301,12 +309,16 @@ def record(
     from ..commands.maintain.record import record as run
 
     book = catalog()
+    roots = parse_sources(sources)
     if from_commit:  # issue 41: a fix from an upstream commit
         from ..commands.maintain.from_commit import record_commit
 
-        done = record_commit(book, fix_id, book.default_profile(profile).name, *from_commit, parse_sources(sources))
+        done = record_commit(book, fix_id, book.default_profile(profile, roots).name, *from_commit, roots)
     else:
-        done = run(book, fix_id, book.default_profile(profile).name, site, parse_sources(sources))
+        from ..commands.install.status import site_profile
+
+        name = profile or (site_profile(book, site) if len(book.usable) > 1 else None)
+        done = run(book, fix_id, book.default_profile(name, roots).name, site, roots)
     if as_json:
         render.dump(
             {
@@ -374,8 +386,9 @@ def port(
     resolutions = _resolutions(resolved, fixes)
     if not no_proofs:
         _proofs_can_run()
-    result = run(catalog(), fixes, profile, from_release, parse_sources(sources), write, not no_proofs, jobs,
-                 resolutions)
+    result = run(
+        catalog(), fixes, profile, from_release, parse_sources(sources), write, not no_proofs, jobs, resolutions
+    )
     if as_json:
         render.dump(result.to_json())
         render.notes(result.notes)

@@ -180,10 +180,13 @@ def profile_json(p: Profile) -> dict[str, Any]:
     return {
         "name": p.name,
         "release": p.release,
-        "pins": [{"dist": x.dist, "version": x.version, "commits": list(x.commits)} for x in p.pins],
+        "pins": [
+            {"dist": x.dist, "version": x.version, "commits": list(x.commits), "match": x.match} for x in p.pins
+        ],
         "pack": list(p.pack),
         "opt_ins": list(p.opt_ins),
         "draft": p.draft or None,
+        "instead": dict(p.instead),
     }
 
 

@@ -269,8 +269,14 @@ def show(fix: str, site: Path | None) -> int:
     book = catalog()
     render.show(book.fix(fix))
     if site is not None:
-        profile = next((p.name for p in book.usable if fix in p.pack), None)
-        print(f"\nin {site}: {_states(book, profile, site).get(fix, 'not in the profile applied there')}")
+        from ..commands.install.status import site_profile
+
+        profile = site_profile(book, site)
+        if profile is None:
+            state = "no profile of this cookbook fits the distributions installed there"
+        else:
+            state = _states(book, profile, site).get(fix, f"not in profile {profile}, the site's")
+        print(f"\nin {site}: {state}")
     return 0
 
 
@@ -285,11 +291,16 @@ def profiles(as_json: bool) -> int:
         render.dump({"profiles": rows})
         return 0
     for row in rows:
-        pins = ", ".join(f"{p['dist']} {p['version']} at {p['commits'][0][:12]}" for p in row["pins"])
+        pins = ", ".join(
+            f"{p['dist']} {p['version']} " + ("at " + p["commits"][0][:12] if p["match"] == "commit" else "(any build)")
+            for p in row["pins"]
+        )
         print(
             f"{row['name']}  release {row['release']}: {len(row['pack'])} fixes; opt-ins: {', '.join(row['opt_ins'])}"
         )
         print(f"  pins {pins}")
+        for dist, other in row["instead"].items():
+            print(f"  refused beside {dist}: use profile {other}")
         if row["draft"]:
             print(f"  draft ({row['draft']}): only fixpack port and fixpack lock take it")
     return 0

@@ -4,10 +4,12 @@ other."""
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.names import suggest
+from ..core.plan import pack_chain
 from ..errors import UsageError
 from ..models import Fix, Profile
 from . import default_root
@@ -68,6 +70,32 @@ class Catalog:
                 for change in fix.changes[profile.release]:
                     if profile.pin_for_path(change.path) is None:
                         raise invalid(where, f"fix {fid!r} edits {change.path}, which no pin's package holds")
+            for dist, other in profile.instead:
+                if other not in self.profiles or other == profile.name:
+                    raise invalid(where, f"[instead] {dist} names {other!r}, which is not another profile here")
+                if not any(p.dist == dist for p in self.profiles[other].pins):
+                    raise invalid(where, f"[instead] {dist} names profile {other!r}, which does not pin {dist}")
+        self._same_chains()
+
+    def _same_chains(self) -> None:
+        """Profiles of one release share each fix's lock (``<release>.lock.json``), which holds the
+        bytes every change meets: a fix in both must meet, in each file, the same changes before it."""
+        profiles = list(self.profiles.values())
+        for i, one in enumerate(profiles):
+            for other in profiles[i + 1 :]:
+                if one.release != other.release:
+                    continue
+                for fid in (f for f in one.pack if f in other.pack):
+                    for change in self.fixes[fid].changes[one.release]:
+                        first, second = (_before(self.fixes, p, fid, change.path) for p in (one, other))
+                        if first != second:
+                            raise invalid(
+                                self.root / "profiles" / f"{other.name}.toml",
+                                f"fix {fid!r} shares release {one.release}'s lock with profile {one.name}, but "
+                                f"{change.path} meets other changes before it ({', '.join(second) or 'none'}; "
+                                f"in {one.name}: {', '.join(first) or 'none'}): give both packs the same fixes "
+                                "on that file, in the same order",
+                            )
 
     def sources(self) -> tuple[list[Path], list[Path]]:
         """What ``load`` read: the files (every file of each fix folder and of profiles/; for
@@ -99,15 +127,20 @@ class Catalog:
         """The profiles whose pins are real: a draft (``port --write``'s, pins still TODO) is never a default."""
         return [p for p in self.profiles.values() if not p.draft]
 
-    def default_profile(self, name: str | None) -> Profile:
-        """``name``'s profile; without a name, the cookbook's only usable profile (a usage error when
-        it has several)."""
+    def default_profile(self, name: str | None, dists: Collection[str] = ()) -> Profile:
+        """``name``'s profile; without a name, the cookbook's only usable profile, else the one that
+        pins exactly ``dists`` (the distributions the command was given: its --source trees, the
+        ones a site has); a usage error when none or several fit."""
         if name:
             return self.profile(name)
         if len(self.usable) == 1:
             return self.usable[0]
-        known = ", ".join(p.name for p in self.usable) or "none"
-        raise UsageError(f"give --profile NAME (this cookbook has: {known})")
+        fits = [p for p in self.usable if {pin.dist for pin in p.pins} == set(dists)]
+        if len(fits) == 1:
+            return fits[0]
+        known = ", ".join(f"{p.name} ({' and '.join(pin.dist for pin in p.pins)})" for p in self.usable) or "none"
+        given = f" for {' and '.join(sorted(dists))}" if dists else ""
+        raise UsageError(f"give --profile NAME{given} (this cookbook has: {known})")
 
     def profile(self, name: str, drafts: bool = False) -> Profile:
         """``name``'s profile; a draft only with ``drafts`` (port and lock, which finish one)."""
@@ -121,3 +154,9 @@ class Catalog:
                 f"profiles/{name}.toml, then fixpack lock; until then only fixpack port and fixpack lock take it"
             )
         return profile
+
+
+def _before(fixes: dict[str, Fix], profile: Profile, fix_id: str, path: str) -> list[str]:
+    """The fixes of ``profile``'s pack that change ``path`` before ``fix_id`` does."""
+    chain = [c.fix_id for c in pack_chain(fixes, profile, path)]
+    return chain[: chain.index(fix_id)]

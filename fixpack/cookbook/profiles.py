@@ -12,8 +12,9 @@ from .tomlfile import field, invalid, quote
 __all__ = ["load_profile", "draft_profile"]
 
 # The keys of a profile and of each [[pin]] (schema.toml_keys refuses any other)
-KEYS = {"release", "description", "pack", "opt_ins", "pin"}
-PIN_KEYS = {"dist", "package", "version", "commits"}
+KEYS = {"release", "description", "pack", "opt_ins", "pin", "instead"}
+PIN_KEYS = {"dist", "package", "version", "commits", "match"}
+MATCHES = ("commit", "fingerprints")
 
 
 def load_profile(path: Path) -> Profile:
@@ -27,12 +28,16 @@ def load_profile(path: Path) -> Profile:
         if not isinstance(raw, dict):
             raise invalid(path, "each [[pin]] must be a table")
         schema.toml_keys(raw, PIN_KEYS, path, "pin", i)
+        match = field(raw, "match", str, path, "commit")
+        if match not in MATCHES:
+            raise invalid(path, f"[[pin]] #{i + 1}: match must be one of {', '.join(MATCHES)}, not {match!r}")
         pins.append(
             Pin(
                 dist=field(raw, "dist", str, path),
                 package=field(raw, "package", str, path),
                 version=field(raw, "version", str, path),
                 commits=tuple(c.lower() for c in field(raw, "commits", list, path, [])),
+                match=match,
             )
         )
     if not pins:
@@ -44,10 +49,19 @@ def load_profile(path: Path) -> Profile:
     stray = [f for f in opt_ins if f not in pack]
     if stray:
         raise invalid(path, f"opt_ins {stray} are not in 'pack' (give them their slot in pack order)")
+    instead = field(data, "instead", dict, path, {})
+    if not all(isinstance(v, str) for v in instead.values()):
+        raise invalid(path, "[instead] maps a distribution to the name of the profile to use: strings only")
     todo = []
     for p in pins:
-        missing = [w for w, bad in (("version", p.version.upper() == "TODO"),
-                                    ("commits", not p.commits or "todo" in p.commits)) if bad]
+        missing = [
+            w
+            for w, bad in (
+                ("version", p.version.upper() == "TODO"),
+                ("commits", p.match == "commit" and not p.commits or "todo" in p.commits),
+            )
+            if bad
+        ]
         if missing:
             todo.append(f"pin {p.dist}: " + " and ".join(f"{w} TODO" for w in missing))
     return Profile(
@@ -58,6 +72,7 @@ def load_profile(path: Path) -> Profile:
         pack=pack,
         opt_ins=opt_ins,
         draft="; ".join(todo),
+        instead=tuple(instead.items()),
     )
 
 
@@ -93,4 +108,6 @@ def draft_profile(
             f"commits = [{quote(commit)}]"
             + ("" if commit != "TODO" else f"  # {from_release} pinned {', '.join(pin.commits)}"),
         ]
+        if pin.match != "commit":
+            lines.append(f"match = {quote(pin.match)}")
     return "\n".join(lines) + "\n"

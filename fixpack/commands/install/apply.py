@@ -34,6 +34,7 @@ from .pipeline import (
     pulled_in_notes,
     rebuild_files,
     recognise_files,
+    refuse_beside,
     refuse_drift,
     refused_results,
 )
@@ -79,16 +80,17 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
         if name not in catalog.fixes:
             raise UsageError(f"unknown fix {name!r}{suggest(name, list(profile.pack))}", fix_id=name)
     env, dists = installed(profile, request.site)
+    refuse_beside(catalog, profile, env)
     commit_notes = check_commits(profile, dists, request.allow_unpinned)
     result.notes += commit_notes
     target = destination(env, request.overlay)
     target.admit(env, catalog.fixes, catalog.root)
     with target.locked(create=not request.dry_run):
         manifest = open_state(target, catalog, result.notes)
-        if manifest.release not in (None, profile.release):
+        if manifest.profile not in (None, profile.name):
             raise Refused(
-                f"fixes of release {manifest.release} (profile {manifest.profile}) are applied {target.where}; "
-                "revert them first"
+                f"profile {manifest.profile} (release {manifest.release}, {len(manifest.fixes)} fixes) is applied "
+                f"{target.where}: revert it first (fixpack revert), then apply profile {profile.name}"
             )
         plan = resolve(catalog.fixes, profile, request.opt_ins, keep=manifest.fixes)
         result.notes += pulled_in_notes(plan)

@@ -29,6 +29,7 @@ __all__ = [
     "destination",
     "installed",
     "check_commits",
+    "refuse_beside",
     "open_state",
     "recognise_files",
     "refuse_drift",
@@ -53,6 +54,19 @@ def installed(profile: Profile, site: Path | None) -> tuple[Environment, dict[st
     return env, {p.dist: env.get(p.dist) for p in profile.pins}
 
 
+def refuse_beside(catalog: Catalog, profile: Profile, env: Environment) -> None:
+    """Refuse a site where a distribution the profile names in ``[instead]`` is installed: the
+    profile that covers it is the one to apply."""
+    for dist, other in profile.instead:
+        package = next(p.package for p in catalog.profiles[other].pins if p.dist == dist)
+        found = Environment.read({dist: package}, env.site).found.get(dist)
+        if found is not None:
+            raise Refused(
+                f"{dist} {found.version} is installed in {found.site}: profile {profile.name} would leave its "
+                f"code unfixed; apply profile {other}, which patches both"
+            )
+
+
 def check_commits(profile: Profile, dists: dict[str, Distribution], allow_unpinned: bool) -> list[str]:
     """Refuse a known commit the profile does not accept; say where each commit came from."""
     notes = []
@@ -74,15 +88,20 @@ def check_commits(profile: Profile, dists: dict[str, Distribution], allow_unpinn
             )
             ok = version_ok
         else:
-            ok = version_ok and any(commits.matches(commit.id, c) for c in pin.commits)
-            notes.append(f"{pin.dist} {dist.version}: commit {commit.id} (from {commit.source})")
+            listed = any(commits.matches(commit.id, c) for c in pin.commits)
+            ok = version_ok and (listed or pin.match == "fingerprints")
+            notes.append(
+                f"{pin.dist} {dist.version}: commit {commit.id} (from {commit.source})"
+                + ("" if listed or not ok else "; a build the profile does not list: file fingerprints decide")
+            )
         if not ok:
             what = f"version {dist.version}" + (f", commit {commit.id}" if commit.id else "")
             if commit.id and len(commit.id) < commits.SHORTEST and version_ok:
                 what += f" (too short to match: at least {commits.SHORTEST} hex digits are needed)"
+            builds = f" at {', '.join(c[:12] for c in pin.commits)}" if pin.match == "commit" else " (any build)"
             message = (
                 f"the image does not match profile {profile.name}: {pin.dist} is {what}; "
-                f"the profile pins {pin.version} at {', '.join(c[:12] for c in pin.commits)}"
+                f"the profile pins {pin.version}{builds}"
             )
             if not allow_unpinned:
                 raise Refused(message + " (--allow-unpinned applies anyway if every fingerprint holds)")

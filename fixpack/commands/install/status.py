@@ -12,12 +12,28 @@ from ...site.distributions import Environment
 from .pipeline import destination, fix_state, installed, open_state, recognise_files
 from .results import StatusResult
 
-__all__ = ["status", "all_pins"]
+__all__ = ["status", "all_pins", "site_profile"]
 
 
 def all_pins(catalog: Catalog) -> dict[str, str]:
     """Every distribution any profile pins: canonical name -> import package."""
     return {p.dist: p.package for prof in catalog.profiles.values() for p in prof.pins}
+
+
+def site_profile(catalog: Catalog, site: Path | None, overlay: Path | None = None) -> str | None:
+    """The profile a site is for: the one applied there; else the usable profile whose pinned
+    distributions are all installed and none it names in ``[instead]`` (the one that pins the most,
+    when several hold); None when no profile fits."""
+    applied = status(catalog, None, site, overlay).profile
+    if applied is not None:
+        return applied
+    found = set(Environment.read(all_pins(catalog), site).found)
+    fits = [
+        p
+        for p in catalog.usable
+        if {pin.dist for pin in p.pins} <= found and not any(dist in found for dist, _ in p.instead)
+    ]
+    return max(fits, key=lambda p: len(p.pins)).name if fits else None
 
 
 def status(catalog: Catalog, profile_name: str | None, site: Path | None, overlay: Path | None = None) -> StatusResult:

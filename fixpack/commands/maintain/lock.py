@@ -21,7 +21,7 @@ from ...core.rebuild import build, compile_error, failed
 from ...errors import Refused, UsageError
 from ...models import Change, Fingerprint, Profile
 
-__all__ = ["read_source", "fingerprints", "write", "render_cst", "lock"]
+__all__ = ["read_source", "fingerprints", "write", "render_cst", "lockable", "lock"]
 
 
 def read_source(sources: dict[str, Path], profile: Profile, path: str) -> bytes | None:
@@ -111,14 +111,22 @@ def render_cst(root: Path, profile: Profile, sources: dict[str, Path]) -> list[P
     return changed
 
 
-def lock(root: Path, profile_name: str | None, sources: dict[str, Path]) -> tuple[Profile, list[Path]]:
+def lockable(root: Path, sources: dict[str, Path]) -> list[str]:
+    """The profiles ``lock`` without --profile fingerprints: every profile but a draft whose pinned
+    distributions all have a --source tree (profiles of one release share each fix's lock)."""
+    profiles = [load_profile(p) for p in sorted((root / "profiles").glob("*.toml"))]
+    if len(profiles) == 1:
+        return [profiles[0].name]
+    names = [p.name for p in profiles if not p.draft and {pin.dist for pin in p.pins} <= set(sources)]
+    if not names:
+        known = ", ".join(p.name for p in profiles) or "none"
+        raise UsageError(f"give --profile NAME, or --source trees for all its pins (this cookbook has: {known})")
+    return names
+
+
+def lock(root: Path, profile_name: str, sources: dict[str, Path]) -> tuple[Profile, list[Path]]:
     """Render the profile's transforms, then fingerprint its pack; the profile and the files changed.
     The catalog is loaded only once the transforms are rendered: it needs their rendered patches."""
-    if not profile_name:
-        names = sorted(p.stem for p in (root / "profiles").glob("*.toml"))
-        if len(names) != 1:
-            raise UsageError(f"give --profile NAME (this cookbook has: {', '.join(names) or 'none'})")
-        profile_name = names[0]
     prof_file = root / "profiles" / f"{profile_name}.toml"
     changed = render_cst(root, load_profile(prof_file), sources) if prof_file.exists() else []
     catalog = Catalog.load(root)

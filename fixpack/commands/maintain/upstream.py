@@ -130,7 +130,7 @@ def _tree_info(profile: Profile, dist: str, tree: Path, notes: list[str]) -> tup
 def upstream(
     catalog: Catalog, fix_ids: tuple[str, ...], profile_name: str | None, sources: dict[str, Path], jobs: int = 2,
 ) -> UpstreamReport:
-    profile = catalog.default_profile(profile_name)
+    profile = catalog.default_profile(profile_name, sources)
     pinned = {p.dist for p in profile.pins}
     stray = sorted(set(sources) - pinned)
     if stray:

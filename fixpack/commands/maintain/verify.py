@@ -26,7 +26,7 @@ from .proofs import ProofPair, ProofPool, warm_up
 from .trees import Pack, Scratch
 from .upstream import recorded_contradictions
 
-__all__ = ["FixVerdict", "verify_profile", "junit"]
+__all__ = ["FixVerdict", "verify_profile", "verify_profiles", "junit"]
 
 
 @dataclass
@@ -96,9 +96,38 @@ def _metadata_failures(fix: Fix) -> list[str]:
     return out
 
 
+def verify_profiles(
+    catalog: Catalog,
+    profiles: list[Profile],
+    sources: dict[str, Path],
+    jobs: int = 2,
+    mutants: bool = False,
+    per_fix: int | None = 8,
+    coverage: bool = False,
+    only: frozenset[str] | None = None,
+) -> list[FixVerdict]:
+    """``verify_profile`` for each profile in turn, a fix's proof (and its coverage and mutants) run
+    in the first profile that has it only: profiles of one release share the fix's bytes (the
+    catalog holds each file's chain of changes the same), so a second run would prove nothing new.
+    Every profile is still locked, applied, compiled and reverted."""
+    proven: set[str] = set()
+    verdicts: list[FixVerdict] = []
+    for profile in profiles:
+        mine = frozenset(f for f in profile.pack if (only is None or f in only) and f not in proven)
+        verdicts += verify_profile(catalog, profile, sources, jobs, mutants, per_fix, coverage, mine)
+        proven |= mine
+    return verdicts
+
+
 def verify_profile(
-    catalog: Catalog, profile: Profile, sources: dict[str, Path], jobs: int = 2, mutants: bool = False,
-    per_fix: int | None = 8, coverage: bool = False, only: frozenset[str] | None = None,
+    catalog: Catalog,
+    profile: Profile,
+    sources: dict[str, Path],
+    jobs: int = 2,
+    mutants: bool = False,
+    per_fix: int | None = 8,
+    coverage: bool = False,
+    only: frozenset[str] | None = None,
 ) -> list[FixVerdict]:
     """Every check of every fix of the profile; with ``mutants``, also up to ``per_fix`` mutants
     (None: all) of each fix whose proof holds (see ``mutants``), a survivor not recorded as harmless a failure;
@@ -110,8 +139,10 @@ def verify_profile(
     when one of those checks fails on it."""
     checked = [fid for fid in profile.pack if only is None or fid in only]
     warm_up(catalog.fixes[fid] for fid in checked)
-    verdicts = {fid: FixVerdict(fid, profile.release, profile.name, level=catalog.fixes[fid].proof.level)
-                for fid in profile.pack}
+    verdicts = {
+        fid: FixVerdict(fid, profile.release, profile.name, level=catalog.fixes[fid].proof.level)
+        for fid in profile.pack
+    }
     for fid in profile.pack:
         verdicts[fid].failures += _metadata_failures(catalog.fixes[fid])
         verdicts[fid].failures += recorded_contradictions(catalog.fixes[fid], profile, sources)
@@ -140,8 +171,12 @@ def verify_profile(
         data_dirs = {fid: scratch.root / "coverage" / fid for fid in lines}
         rcs = {fid: rcfile(data_dirs[fid], include) for fid in data_dirs}
         with ProofPool(jobs) as pool:
-            runs = pool.pairs([catalog.fixes[f] for f in checked], scratch.trees(scratch.pristine),
-                              scratch.trees(scratch.changed), measure=rcs)
+            runs = pool.pairs(
+                [catalog.fixes[f] for f in checked],
+                scratch.trees(scratch.pristine),
+                scratch.trees(scratch.changed),
+                measure=rcs,
+            )
         for fid in checked:
             _judge_proof(catalog.fixes[fid], verdicts[fid], runs.get(fid))
         for fid, fl in lines.items():

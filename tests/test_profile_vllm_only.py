@@ -1,0 +1,226 @@
+"""Two profiles of one release: one for the Gaudi image (vllm-gaudi and vLLM), one for vLLM's own
+builds (vLLM alone, any build of the version, refused beside vllm-gaudi). Their shared fixes keep
+one lock; a site has one profile applied at a time; show, verify, lock and the maintainer commands
+pick the profile a site or the given trees are for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from builders import PRISTINE, SAMPLER, Cookbook, make_site
+
+from fixpack.cookbook.catalog import Catalog
+from fixpack.errors import UsageError
+
+EXECUTOR = PRISTINE["vllm"]["vllm/executor.py"]
+RUNNER = PRISTINE["vllm-gaudi"]["vllm_gaudi/runner.py"]
+VLLM_ONLY = {"vllm": PRISTINE["vllm"]}
+CPU_BUILD = "1234567abcdef"  # a build commit neither profile lists (vLLM's CPU wheel, say)
+
+
+def two_profiles(cookbook: Cookbook) -> None:
+    """``v0.26.0``: both distributions; ``vllm-0.26.0``: vLLM alone (one fix of its own), refused
+    beside vllm-gaudi."""
+    cookbook.fix("sampler-fix", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x", "return x * 2"))})
+    cookbook.fix("executor-fix", {"vllm/executor.py": (EXECUTOR, EXECUTOR.replace("log()", "raise"))})
+    cookbook.fix("runner-fix", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 3\n", "return 33\n"))})
+    cookbook.profile(["sampler-fix", "runner-fix"])
+    cookbook.profile(
+        ["sampler-fix", "executor-fix"],
+        name="vllm-0.26.0",
+        dists=("vllm",),
+        match="fingerprints",
+        instead={"vllm-gaudi": "v0.26.0"},
+    )
+    cookbook.lock("v0.26.0")
+    cookbook.lock("vllm-0.26.0")
+
+
+def vllm_site(tmp: Path, version: str = "0.26.0+cpu", commit: str | None = CPU_BUILD):
+    return make_site(tmp, VLLM_ONLY, commits={"vllm": commit}, versions={"vllm": version})
+
+
+def test_any_build_of_the_version_applies_where_its_files_hold(cli, cookbook, tmp_path):
+    two_profiles(cookbook)
+    site = vllm_site(tmp_path)
+    r = cli("apply", "--profile", "vllm-0.26.0", "--site", str(site.path), "--json")
+    assert r.exit_code == 0, r.output
+    assert [(f["id"], f["action"]) for f in json.loads(r.stdout)["fixes"]] == [
+        ("sampler-fix", "applied"),
+        ("executor-fix", "applied"),
+    ]
+    assert f"commit {CPU_BUILD[:9]}" in r.stderr and "file fingerprints decide" in r.stderr
+    assert b"return x * 2" in site.read("vllm/sampler.py") and b"raise" in site.read("vllm/executor.py")
+    status = json.loads(cli("status", "--site", str(site.path), "--json").stdout)
+    assert status["profile"] == "vllm-0.26.0"
+    assert {f["id"]: f["state"] for f in status["fixes"]} == {"sampler-fix": "applied", "executor-fix": "applied"}
+
+
+def test_a_build_whose_files_differ_is_refused_as_drifted(cli, cookbook, tmp_path):
+    two_profiles(cookbook)
+    files = {"vllm": {**PRISTINE["vllm"], "vllm/executor.py": EXECUTOR + "# this build's own line\n"}}
+    site = make_site(tmp_path, files, commits={"vllm": CPU_BUILD}, versions={"vllm": "0.26.0+rocm"})
+    before = site.snapshot()
+    r = cli("apply", "--profile", "vllm-0.26.0", "--site", str(site.path))
+    assert r.exit_code == 1
+    assert "drifted: vllm/executor.py" in r.stderr
+    assert site.snapshot() == before
+
+
+def test_another_release_is_refused_with_nothing_written(cli, cookbook, tmp_path):
+    two_profiles(cookbook)
+    site = vllm_site(tmp_path, version="0.25.1")
+    before = site.snapshot()
+    r = cli("apply", "--profile", "vllm-0.26.0", "--site", str(site.path))
+    assert r.exit_code == 1
+    (line,) = [ln for ln in r.stderr.splitlines() if "error" in ln]
+    assert "vllm is version 0.25.1" in line and "pins 0.26.0 (any build)" in line
+    assert site.snapshot() == before
+
+
+def test_a_commit_pin_still_refuses_a_build_it_does_not_list(cli, cookbook, tmp_path):
+    cookbook.fix("sampler-fix", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x", "return x * 2"))})
+    cookbook.profile(["sampler-fix"], name="vllm-0.26.0", dists=("vllm",))
+    cookbook.lock("vllm-0.26.0")
+    site = vllm_site(tmp_path)
+    r = cli("apply", "--profile", "vllm-0.26.0", "--site", str(site.path))
+    assert r.exit_code == 1 and "the image does not match profile vllm-0.26.0" in r.stderr
+
+
+@pytest.mark.parametrize("overlay", [False, True], ids=["in-place", "overlay"])
+def test_refused_beside_vllm_gaudi_naming_the_profile_to_use(cli, cookbook, tmp_path, overlay):
+    two_profiles(cookbook)
+    site = make_site(tmp_path)
+    before = site.snapshot()
+    args = ["--overlay", str(tmp_path / "overlay")] if overlay else []
+    r = cli("apply", "--profile", "vllm-0.26.0", "--site", str(site.path), *args)
+    assert r.exit_code == 1
+    errors = [ln for ln in r.stderr.splitlines() if "error" in ln]
+    assert len(errors) == 1 and "vllm-gaudi 0.26.0 is installed" in errors[0]
+    assert "apply profile v0.26.0" in errors[0]
+    assert site.snapshot() == before and not (tmp_path / "overlay").exists()
+
+
+def test_the_overlay_takes_the_vllm_only_profile(cli, cookbook, tmp_path):
+    two_profiles(cookbook)
+    site = vllm_site(tmp_path)
+    before = site.snapshot()
+    overlay = tmp_path / "overlay"
+    r = cli("apply", "--profile", "vllm-0.26.0", "--site", str(site.path), "--overlay", str(overlay))
+    assert r.exit_code == 0, r.output
+    assert site.snapshot() == before
+    status = json.loads(cli("status", "--site", str(site.path), "--overlay", str(overlay), "--json").stdout)
+    assert status["profile"] == "vllm-0.26.0" and {f["state"] for f in status["fixes"]} == {"applied"}
+
+
+def test_one_profile_at_a_time_on_a_site(cli, cookbook, tmp_path):
+    """A site where one profile is applied refuses the other in one line naming it, in both
+    directions, and takes it once reverted."""
+    two_profiles(cookbook)
+    site = vllm_site(tmp_path, version="0.26.0", commit=None)
+    assert cli("apply", "--profile", "vllm-0.26.0", "--site", str(site.path)).exit_code == 0
+    # vllm-gaudi installed afterwards: the Gaudi profile now fits the site, but another is applied
+    make_site(tmp_path, {"vllm-gaudi": PRISTINE["vllm-gaudi"]})
+    before = site.snapshot()
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 1
+    errors = [ln for ln in r.stderr.splitlines() if "error" in ln]
+    assert errors == [
+        "fixpack: error: profile vllm-0.26.0 (release v0.26.0, 2 fixes) is applied in this environment: "
+        "revert it first (fixpack revert), then apply profile v0.26.0"
+    ]
+    assert site.snapshot() == before
+    assert cli("revert", "--site", str(site.path)).exit_code == 0
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
+    r = cli("apply", "--profile", "vllm-0.26.0", "--site", str(site.path))
+    assert r.exit_code == 1 and "apply profile v0.26.0" in r.stderr  # refused beside vllm-gaudi first
+
+
+def test_show_reports_against_the_sites_own_profile(cli, cookbook, tmp_path):
+    two_profiles(cookbook)
+    only = vllm_site(tmp_path / "a")
+    gaudi = make_site(tmp_path / "b")
+    assert cli("show", "sampler-fix", "--site", str(only.path)).stdout.rstrip().endswith(": pending")
+    assert (
+        cli("show", "runner-fix", "--site", str(only.path))
+        .stdout.rstrip()
+        .endswith("not in profile vllm-0.26.0, the site's")
+    )
+    assert cli("show", "runner-fix", "--site", str(gaudi.path)).stdout.rstrip().endswith(": pending")
+    assert cli("apply", "--profile", "vllm-0.26.0", "--site", str(only.path)).exit_code == 0
+    assert cli("show", "executor-fix", "--site", str(only.path)).stdout.rstrip().endswith(": applied")
+
+
+def test_a_shared_fix_must_meet_the_same_changes_in_both_profiles(cookbook):
+    """Profiles of one release share each fix's lock: a fix in both whose file meets another
+    change before it in one of them is refused when the catalog loads."""
+    two_profiles(cookbook)
+    cookbook.fix("sampler-first", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return 1.0", "return 0.5"))})
+    cookbook.profile(
+        ["sampler-first", "sampler-fix", "executor-fix"], name="vllm-0.26.0", dists=("vllm",), match="fingerprints"
+    )
+    with pytest.raises(UsageError) as err:
+        Catalog.load(cookbook.root)
+    message = err.value.message
+    assert "vllm-0.26.0.toml" in message and "fix 'sampler-fix' shares release v0.26.0's lock" in message
+    assert "vllm/sampler.py meets other changes before it (sampler-first; in v0.26.0: none)" in message
+
+
+def test_instead_must_name_a_profile_that_pins_it(cookbook):
+    cookbook.fix("sampler-fix", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x", "return x * 2"))})
+    cookbook.profile(["sampler-fix"], name="vllm-0.26.0", dists=("vllm",), instead={"vllm-gaudi": "v9"})
+    with pytest.raises(UsageError, match=r"\[instead\] vllm-gaudi names 'v9', which is not another profile"):
+        Catalog.load(cookbook.root)
+
+
+def test_commands_pick_the_profile_their_trees_are_for(cookbook):
+    two_profiles(cookbook)
+    catalog = Catalog.load(cookbook.root)
+    assert catalog.default_profile(None, {"vllm", "vllm-gaudi"}).name == "v0.26.0"
+    assert catalog.default_profile(None, {"vllm"}).name == "vllm-0.26.0"
+    assert catalog.default_profile("v0.26.0", {"vllm"}).name == "v0.26.0"  # named: as named
+    with pytest.raises(UsageError, match=r"give --profile NAME \(this cookbook has: v0.26.0 \(vllm and vllm-gaudi\)"):
+        catalog.default_profile(None)
+
+
+def test_lock_without_a_profile_locks_each_one_the_trees_cover(cli, cookbook):
+    two_profiles(cookbook)
+    lock = cookbook.root / "fixes" / "executor-fix" / "v0.26.0.lock.json"
+    lock.unlink()
+    sources = [f"--source={d}={p}" for d, p in cookbook.sources.items()]
+    r = cli("lock", *sources)
+    assert r.exit_code == 0, r.output
+    assert "profile v0.26.0: 0 fingerprint file(s) changed" in r.stdout
+    assert "profile vllm-0.26.0: 1 fingerprint file(s) changed" in r.stdout and lock.exists()
+    r = cli("lock", f"--source=vllm={cookbook.sources['vllm']}")
+    assert r.exit_code == 0 and "profile v0.26.0" not in r.stdout and "profile vllm-0.26.0" in r.stdout
+
+
+PROOF = """
+import os
+from pathlib import Path
+
+def check(trees):
+    with open(os.environ["PROOF_RUNS"], "a") as out:
+        out.write("run\\n")
+    if b"x * 2" not in (Path(trees.vllm) / "vllm/sampler.py").read_bytes():
+        raise AssertionError("sample does not double")
+"""
+
+
+def test_verify_runs_a_shared_fixs_proof_once(cli, cookbook, tmp_path, monkeypatch):
+    two_profiles(cookbook)
+    cookbook.fix(
+        "sampler-fix", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x", "return x * 2"))}, proof=PROOF
+    )
+    cookbook.lock("v0.26.0")
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("PROOF_RUNS", str(runs))
+    sources = [f"--source={d}={p}" for d, p in cookbook.sources.items()]
+    r = cli("verify", *sources, "--json", "--jobs", "1")
+    out = json.loads(r.stdout)
+    proven = [(v["fix"], v["proof"]) for v in out["results"] if v["proof"] != "none"]
+    assert proven == [("sampler-fix", "demonstrated")]
+    assert runs.read_text().count("run") == 2  # once on the pristine tree, once on the patched one
