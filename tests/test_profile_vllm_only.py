@@ -199,25 +199,24 @@ def test_lock_without_a_profile_locks_each_one_the_trees_cover(cli, cookbook):
 
 
 PROOF = """
-import os
 from pathlib import Path
 
 def check(trees):
-    with open(os.environ["PROOF_RUNS"], "a") as out:
+    with open(RUNS, "a") as out:
         out.write("run\\n")
     if b"x * 2" not in (Path(trees.vllm) / "vllm/sampler.py").read_bytes():
         raise AssertionError("sample does not double")
 """
 
 
-def test_verify_runs_a_shared_fixs_proof_once(cli, cookbook, tmp_path, monkeypatch):
+def test_verify_runs_a_shared_fixs_proof_once(cli, cookbook, tmp_path):
     two_profiles(cookbook)
+    runs = tmp_path / "runs"
+    proof = f"RUNS = {str(runs)!r}\n" + PROOF  # where each run of the proof leaves a line
     cookbook.fix(
-        "sampler-fix", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x", "return x * 2"))}, proof=PROOF
+        "sampler-fix", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x", "return x * 2"))}, proof=proof
     )
     cookbook.lock("v0.26.0")
-    runs = tmp_path / "runs"
-    monkeypatch.setenv("PROOF_RUNS", str(runs))
     sources = [f"--source={d}={p}" for d, p in cookbook.sources.items()]
     r = cli("verify", *sources, "--json", "--jobs", "1")
     out = json.loads(r.stdout)

@@ -101,7 +101,8 @@ def test_each_check_names_fixes_of_the_pack_and_says_why() -> None:
                 assert set(c.fixes) <= fixes, (r.slug, c.id)
                 assert c.note, c.id
     tiny = load_recipes(REPO, [TINY])["tiny-qwen3-cpu"].verify.by_id()
-    assert tiny["allowed-token-ids-leak"].fixes == ("allowed-token-ids-reuse",)
+    assert tiny["allowed-token-ids-leak"].fixes == ("allowed-token-ids-reuse", "input-batch-condense-mask")
+    assert tiny["stop-token-ids-out-of-vocab"].predicate == "refused"
     assert "logprobs-decode-guard-sentencepiece" in tiny
 
 
@@ -137,6 +138,11 @@ def _broken(tmp_path: Path, old: str, new: str) -> Path:
             "check id 'known-answers' is given twice",
         ),
         ("figure: [16, 25]", "figure: sixteen", "expect.figure is a number or [low, high]"),
+        (
+            "predicate: logprob-entries\n      expect: {field: top_logprobs, n: 20}",
+            "predicate: refused\n      expect: {status: 500}",
+            "expect.status is a client error's HTTP status (4xx)",
+        ),
     ],
 )
 def test_the_reader_refuses_what_is_not_a_check(tmp_path: Path, old: str, new: str, message: str) -> None:
@@ -211,6 +217,18 @@ def test_a_spent_budget_is_said() -> None:
     answer = p.Answer(text="", finish_reason="length")
     out = p.known_answer([answer], ["42"], "contains")
     assert not out.ok and "token budget spent" in out.detail
+
+
+def test_refused_holds_only_for_the_status_with_a_message_naming_each_mention() -> None:
+    said = p.Answer(error="HTTP 400: stop_token_ids contains out-of-vocab token ids [5000000]; vocabulary 1024")
+    assert p.refused([said, said], 400, ["stop_token_ids", "5000000"]).ok
+    assert p.refused([said], 400, ["stop_token_ids", "5000000"]).measured == "1/1 refused with 400"
+    crashed = p.refused([said, p.Answer(error="HTTP 500: EngineDeadError")], 400, ["stop_token_ids"])
+    assert not crashed.ok and "HTTP 500" in crashed.detail and crashed.measured == "1/2 refused with 400"
+    served = p.refused([p.Answer(text="hello there")], 400, [])
+    assert not served.ok and "answered" in served.detail
+    vague = p.refused([p.Answer(error="HTTP 400: bad request")], 400, ["stop_token_ids"])
+    assert not vague.ok and "does not name stop_token_ids" in vague.detail
 
 
 def test_performance_holds_within_the_tolerance_only() -> None:

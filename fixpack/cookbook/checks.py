@@ -54,6 +54,8 @@ PREDICATES: dict[str, tuple[set[str], set[str]]] = {
     "mixed-equals-solo": ({"probe_after", "tolerance"}, {"probe_after"}),
     # every request answered (HTTP 200, its logprobs present) and the server healthy afterwards
     "answered": (set(), set()),
+    # every request refused with HTTP status, its message naming each of mentions; healthy afterwards
+    "refused": ({"status", "mentions"}, {"status"}),
     # /health answers 200 and /v1/models lists the model
     "server-healthy": (set(), set()),
     # a figure measured against the page's: tokens/s at least figure*(1-tolerance), seconds at
@@ -244,6 +246,12 @@ def _expect(cid: str, predicate: str, e: dict, n_requests: int, where: Where, fa
         raise fail((*where, "depths"), f"check {cid}: expect.depths must be fractions between 0 and 1")
     if "token" in e and (isinstance(e["token"], bool) or not isinstance(e["token"], (int, str))):
         raise fail((*where, "token"), f"check {cid}: expect.token is a token id or a text")
+    if "status" in e and (
+        isinstance(e["status"], bool) or not isinstance(e["status"], int) or not 400 <= e["status"] < 500
+    ):
+        raise fail((*where, "status"), f"check {cid}: expect.status is a client error's HTTP status (4xx)")
+    if "mentions" in e and (not isinstance(e["mentions"], list) or not all(isinstance(m, str) for m in e["mentions"])):
+        raise fail((*where, "mentions"), f"check {cid}: expect.mentions is a list of texts")
     if "probe_after" in e and e["probe_after"] not in ("finish", "started"):
         raise fail((*where, "probe_after"), f"check {cid}: expect.probe_after is finish or started")
     if predicate == "mixed-equals-solo" and n_requests < 2:

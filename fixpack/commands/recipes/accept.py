@@ -200,6 +200,12 @@ class Runner:
         why = self.s.healthy()
         return Outcome(False, f"unhealthy afterwards: {why}", outcome.measured) if why else outcome
 
+    def refused(self, e: dict[str, Any]) -> Outcome:
+        answers = [self.send(b) for b in self.bodies]
+        outcome = p.refused(answers, int(e["status"]), [str(m) for m in e.get("mentions", [])])
+        why = self.s.healthy()
+        return Outcome(False, f"unhealthy afterwards: {why}", outcome.measured) if why else outcome
+
     def server_healthy(self, e: dict[str, Any]) -> Outcome:
         why = self.s.healthy()
         if why:

@@ -255,6 +255,19 @@ def answered(answers: list[Answer]) -> Outcome:
     return Outcome(good == len(answers), "; ".join(str(w) for w in why), f"{good}/{len(answers)} answered")
 
 
+def refused(answers: list[Answer], status: int, mentions: list[str]) -> Outcome:
+    """Each request refused with HTTP ``status``, its message naming each of ``mentions``: a bad
+    request is the client's error, not the server's (a 5xx, or an answer, fails)."""
+    prefix = f"HTTP {status}: "
+    wrong = [a.error or f"answered: {_short(a.text)!r}" for a in answers if not (a.error or "").startswith(prefix)]
+    unnamed = [
+        a.error for a in answers if a.error and a.error.startswith(prefix) and not all(m in a.error for m in mentions)
+    ]
+    why = wrong[:1] + [f"the message does not name {', '.join(mentions)}: {m}" for m in unnamed[:1]]
+    good = len(answers) - len(wrong) - len(unnamed)
+    return Outcome(good == len(answers), "; ".join(str(w) for w in why), f"{good}/{len(answers)} refused with {status}")
+
+
 def performance(measure: str, value: float, figure: float | list[float], tolerance: float) -> Outcome:
     low, high = (figure[0], figure[-1]) if isinstance(figure, list) else (figure, figure)
     if measure == "seconds_to_answer":
