@@ -1,0 +1,167 @@
+"""The request-killers of vLLM 0.26.0 through the API of a real ``vllm serve`` (CPU, TP 1), stock
+against the pack, each server started with the tiny recipe's own serve arguments.
+
+- ``stop_token_ids`` past the vocabulary with ``min_tokens`` (vLLM #54195): the stock server answers
+  500, its worker raising ``IndexError`` in ``MinTokensLogitsProcessor.apply``, and every process
+  ends; with the pack (request-token-ids) it is a 400 naming the parameter, the id and the
+  vocabulary's size, on completions, chat and the token-in/token-out ``/inference/v1/generate``, and
+  the server answers 20 more requests.
+- ``min_tokens`` with a choice the grammar can end before it (vLLM #53665): 500 on stock, the engine
+  logging ``grammar rejected tokens``; a valid choice with the pack (min-tokens-grammar).
+- The allowed-token mask left behind by ``InputBatch.condense`` (vLLM #43894): the tiny recipe's
+  ``allowed-token-ids-leak`` check, run LEAK_RUNS times on each; a race on this server, so the
+  stock rate is reported; with the profile for vLLM's own builds (input-batch-condense-mask) it
+  holds every time.
+
+The pack here is the profile ``vllm-0.26.0``, applied through the entry point to a copy of the
+serve environment without vllm-gaudi (as vLLM's own builds are installed): in place for the
+symptoms, and as an overlay for its runtime check in every process. The v0.26.0 profile's servers
+(``test_serve.py``) check the first two symptoms too. The row swap (input-batch-swap-mask) is not
+reached on a CPU: its attention backend never reorders the batch; its proof shows it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import build_env
+from build_env import ServeEnv
+from killers import BAD_ID, GRAMMAR, assert_refused, choice_answer, health, post, stop_id_requests
+from server import Server, free_port, logs_on_failure
+from test_accept import TINY, one, recipe_argv, run_cli
+from test_serve import (
+    CHECK_LINE,
+    assert_checked_everywhere,
+    assert_no_fixpack,
+    copy_env,
+    entry_point,
+    fix_set,
+    vllm_environ,
+)
+
+from fixpack.cookbook.recipes import load_recipe
+
+PROFILE = "vllm-0.26.0"
+LEAK = "allowed-token-ids-leak"
+LEAK_RUNS = 10
+MORE = 20  # ordinary requests the patched server answers after the refusals
+EXIT_TIMEOUT = 120.0
+STOCK_LOG = [  # the stock server's own lines, in this order
+    "IndexError: index 5000000 is out of bounds for dimension 1 with size 1024",
+    '"POST /v1/completions HTTP/1.1" 500',
+]
+
+
+def leak_runs(server: Server, model: Path) -> list[bool]:
+    """The tiny recipe's leak check LEAK_RUNS times: whether each held."""
+    return [one(server.url(""), model, LEAK).ok for _ in range(LEAK_RUNS)]
+
+
+def recipe_server(argv: list[str], env: ServeEnv, port: int, log: Path, name: str) -> Server:
+    return Server(argv, env=vllm_environ(env.bin, 1), port=port, log=log, name=name)
+
+
+def test_stock_server(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> None:
+    """Without fixpack: min_tokens with a choice answers 500 each time; the leak check fails in some
+    runs (the rate is printed); then one request with an out-of-vocabulary stop id ends the server."""
+    port = free_port()
+    argv = [str(serve_env.bin / "vllm"), *recipe_argv(tiny_model, port)]
+    stock = recipe_server(argv, serve_env, port, tmp_path / "stock.log", "TP 1 without fixpack")
+    start = time.monotonic()
+    with logs_on_failure(stock):
+        try:
+            stock.start()
+            stock.wait_ready()
+            choices = [choice_answer(stock, tiny_model) for _ in range(3)]
+            leaks = leak_runs(stock, tiny_model)
+            assert health(stock) == 200
+            sent = time.monotonic()
+            killed = post(stock, "/v1/completions", stop_id_requests(tiny_model)["/v1/completions"])
+            seen = []
+            while stock.ended() is None and time.monotonic() - sent < EXIT_TIMEOUT:
+                seen.append(health(stock))
+                time.sleep(0.25)
+            assert stock.ready_s is not None
+            code = stock.wait_exit(stock.ready_s + (time.monotonic() - sent) + EXIT_TIMEOUT)
+        finally:
+            stock.stop()
+        assert [status for status, _ in choices] == [500, 500, 500], choices
+        log = stock.text()
+        assert len(GRAMMAR.findall(log)) == 3, "the engine did not log the grammar's rejection three times"
+        assert killed[0] == 500, killed
+        assert 200 not in seen, f"/health after the 500: {seen}"
+        at = 0
+        for line in STOCK_LOG:
+            found = log.find(line, at)
+            assert found >= 0, f"{line!r} not in the stock server's log after offset {at}"
+            at = found + len(line)
+        assert "MinTokensLogitsProcessor" in log or "builtin.py" in log, "the traceback does not name the processor"
+        assert_no_fixpack(stock)
+    print(
+        f"serve: stock: ready in {stock.ready_s:.1f} s; min_tokens + choice: {[s for s, _ in choices]}; "
+        f"{LEAK}: failed {leaks.count(False)}/{LEAK_RUNS}; stop id {BAD_ID} with min_tokens: HTTP {killed[0]}, "
+        f"every process ended by itself (exit {code}); test {time.monotonic() - start:.1f} s"
+    )
+
+
+def test_vllm_profile_in_place(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> None:
+    """The profile for vLLM's own builds in place, on a copy of the environment without vllm-gaudi:
+    each symptom gone, every model-independent check of the tiny recipe held."""
+    copy = copy_env(serve_env, tmp_path / "env", gaudi=False)
+    port = free_port()
+    argv = entry_point(copy.python, copy.site, "--exec", "vllm", *recipe_argv(tiny_model, port), opt_ins=(),
+                       profile=PROFILE)  # fmt: skip
+    fixed = recipe_server(argv, copy, port, tmp_path / "fixed.log", f"TP 1, {PROFILE} in place")
+    junit = tmp_path / "accept.xml"
+    start = time.monotonic()
+    with logs_on_failure(fixed), fixed:
+        tree = fixed.descendants()
+        refused = {path: post(fixed, path, body) for path, body in stop_id_requests(tiny_model).items()}
+        more = [
+            post(fixed, "/v1/completions", {"model": str(tiny_model), "prompt": f"request {i}", "max_tokens": 4})[0]
+            for i in range(MORE)
+        ]
+        healthy = health(fixed)
+        choices = [choice_answer(fixed, tiny_model) for _ in range(3)]
+        leaks = leak_runs(fixed, tiny_model)
+        accepted = run_cli(fixed.url(""), tiny_model, "--junit", str(junit))
+    digest = fix_set(copy.python, copy.site)
+    assert_checked_everywhere(fixed, tree, digest, "in-place", workers=1, profile=PROFILE)
+    for status, body in refused.values():
+        assert_refused(status, body)
+    assert more == [200] * MORE and healthy == 200
+    assert [status for status, _ in choices] == [200] * 3, choices
+    assert all(text in ("yes", "no") for _, text in choices), choices
+    assert not GRAMMAR.search(fixed.text())
+    assert leaks == [True] * LEAK_RUNS, f"{LEAK} failed {leaks.count(False)}/{LEAK_RUNS} with the pack"
+    ids = set(load_recipe(TINY, build_env.REPO).verify.by_id())
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert all(f"{i} " in accepted.stdout for i in ids)
+    assert build_env.ready(serve_env.root) is None, "the original environment changed"
+    print(
+        f"serve: {PROFILE} in place: ready in {fixed.ready_s:.1f} s; stop id {BAD_ID}: "
+        f"{ {p: s for p, (s, _) in refused.items()} }; {MORE} more answered; min_tokens + choice: "
+        f"{[t for _, t in choices]}; {LEAK}: failed 0/{LEAK_RUNS}; recipe accept: {len(ids)} checks held; "
+        f"test {time.monotonic() - start:.1f} s"
+    )
+
+
+def test_vllm_profile_overlay(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> None:
+    """The same profile as an overlay over the copy without vllm-gaudi (the copy never written):
+    the runtime check in every process, and the out-of-vocabulary stop id refused."""
+    copy = copy_env(serve_env, tmp_path / "env", gaudi=False)
+    overlay = tmp_path / "overlay"
+    port = free_port()
+    argv = entry_point(copy.python, copy.site, "--overlay", str(overlay), "--exec", "vllm",
+                       *recipe_argv(tiny_model, port), opt_ins=(), profile=PROFILE)  # fmt: skip
+    fixed = recipe_server(argv, copy, port, tmp_path / "overlay.log", f"TP 1, {PROFILE} in an overlay")
+    with logs_on_failure(fixed), fixed:
+        tree = fixed.descendants()
+        status, body = post(fixed, "/v1/completions", stop_id_requests(tiny_model)["/v1/completions"])
+    digest = fix_set(copy.python, copy.site, "--overlay", str(overlay))
+    assert_checked_everywhere(fixed, tree, digest, f"overlay {overlay}", workers=1, profile=PROFILE)
+    assert_refused(status, body)
+    assert build_env.ready(serve_env.root) is None, "the original environment changed"
+    checks = {m["mode"] for m in CHECK_LINE.finditer(fixed.text())}
+    print(f"serve: {PROFILE} overlay: ready in {fixed.ready_s:.1f} s; modes {checks}; stop id refused ({status})")
