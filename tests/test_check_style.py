@@ -96,9 +96,7 @@ def test_each_fix_judged_on_its_own_lines(cli, styled, tools_dir):
         "vendored": [{"yapf": "not-run", "ruff": "not-run"}],  # the config's top-level exclude
         "doubling": [],
     }
-    assert got["unformatted"]["files"][0]["problems"] == [
-        "yapf 0.43.0 would reformat vllm_gaudi/runner.py at lines 38"
-    ]
+    assert got["unformatted"]["files"][0]["problems"] == ["yapf 0.43.0 would reformat vllm_gaudi/runner.py at lines 38"]
     assert got["unused-import"]["files"][0]["problems"] == [
         "ruff 0.11.7: vllm_gaudi/runner.py:1: F401 `os` imported but unused"
     ]
@@ -128,3 +126,16 @@ def test_check_style_needs_a_tree_with_upstreams_hooks(cli, styled):
     assert r.exit_code == 2 and "no tree to check the patches on" in r.output
     r = cli("diff", "clean", "--json")
     assert r.exit_code == 2 and "--json and --source go with --check-style" in r.output
+
+
+def test_ruff_check_is_ruffs_lint_hook_under_its_new_id(tmp_path):
+    """ruff-pre-commit 0.12 renamed its lint hook ``ruff-check`` (vLLM's config names it so); the
+    formatter's hook is not a check of the lint kind and is left out."""
+    from fixpack.commands.maintain.style import hooks
+
+    (tmp_path / ".pre-commit-config.yaml").write_text(
+        "repos:\n- repo: https://github.com/astral-sh/ruff-pre-commit\n  rev: v0.14.0\n  hooks:\n"
+        "  - id: ruff-check\n    args: [--output-format, github, --fix]\n  - id: ruff-format\n"
+    )
+    found, exclude = hooks(tmp_path)
+    assert [(h.tool, h.version) for h in found] == [("ruff", "0.14.0")] and exclude == ""

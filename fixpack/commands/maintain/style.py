@@ -43,8 +43,9 @@ from ...models import Plan, Profile
 
 __all__ = ["Hook", "FileStyle", "FixStyle", "StyleReport", "hooks", "tools_venv", "check_style"]
 
-# The pre-commit repositories whose hooks check Python source, by the hook ids that do
-TOOLS = {"yapf": ("google/yapf", "yapf"), "ruff": ("astral-sh/ruff-pre-commit", "ruff")}
+# The pre-commit repositories whose hooks check Python source, by the hook ids that do (ruff-pre-commit
+# renamed its lint hook `ruff-check` in 0.12, keeping `ruff` as an alias; vLLM names the new one)
+TOOLS = {"yapf": ("google/yapf", ("yapf",)), "ruff": ("astral-sh/ruff-pre-commit", ("ruff", "ruff-check"))}
 CONFIGS = ("pyproject.toml", "setup.cfg", ".style.yapf", ".yapfignore", "ruff.toml", ".ruff.toml")
 
 
@@ -77,11 +78,11 @@ def hooks(tree: Path) -> tuple[list[Hook], str]:
     found = []
     for repo in data.get("repos") or []:
         url = str(repo.get("repo", ""))
-        for tool, (name, hook_id) in TOOLS.items():
+        for tool, (name, hook_ids) in TOOLS.items():
             if not url.rstrip("/").endswith(name):
                 continue
             for hook in repo.get("hooks") or []:
-                if hook.get("id") == hook_id:
+                if hook.get("id") in hook_ids:
                     version = str(repo.get("rev", "")).lstrip("v")
                     found.append(Hook(tool, version, str(hook.get("files", "")), str(hook.get("exclude", ""))))
     if not found:
