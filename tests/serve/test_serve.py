@@ -35,6 +35,7 @@ from pathlib import Path
 import build_env
 import pytest
 from build_env import ServeEnv
+from killers import assert_refused, choice_answer, post, stop_id_requests
 from server import Server, ServerError, free_port, logs_on_failure, wait_exits
 
 REPO = build_env.REPO
@@ -95,12 +96,18 @@ def serve_args(model: Path, port: int, tp: int) -> list[str]:
     ]
 
 
-def entry_point(python: Path, site: Path, *extra: str, opt_ins: tuple[str, ...] = build_env.OPT_INS) -> list[str]:
+def entry_point(
+    python: Path,
+    site: Path,
+    *extra: str,
+    opt_ins: tuple[str, ...] = build_env.OPT_INS,
+    profile: str = build_env.PROFILE,
+) -> list[str]:
     return [
         str(python),
         str(REPO / "fixes" / "apply_all.py"),
         "--profile",
-        build_env.PROFILE,
+        profile,
         *opt_ins,
         "--site",
         str(site),
@@ -213,7 +220,9 @@ def assert_same_answers(fixed: dict, stock: dict) -> None:
 # --- what a server logged ------------------------------------------------------------------------
 
 
-def assert_checked_everywhere(server: Server, tree: set[int], fix_set: dict, mode: str, workers: int) -> None:
+def assert_checked_everywhere(
+    server: Server, tree: set[int], fix_set: dict, mode: str, workers: int, profile: str = build_env.PROFILE
+) -> None:
     """One runtime check line per vLLM process (API server, engine core, each worker), each with its
     own pid and the status's digest; with more than one worker, each logs the ranks' agreement."""
     log = server.text()
@@ -232,7 +241,7 @@ def assert_checked_everywhere(server: Server, tree: set[int], fix_set: dict, mod
         f"runtime check lines from pids {[m['pid'] for m in lines]}, vLLM processes {roles}"
     )
     for m in lines:
-        assert m["profile"] == build_env.PROFILE, m[0]
+        assert m["profile"] == profile, m[0]
         assert m["digest"] == fix_set["digest"], m[0]
         assert m["fixes"].split(", ") == fix_set["fixes"] and int(m["count"]) == len(fix_set["fixes"]), m[0]
         assert m["mode"] == mode, m[0]
@@ -298,15 +307,20 @@ def test_overlay_tp2(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> N
     )
 
 
-def copy_env(env: ServeEnv, dest: Path) -> ServeEnv:
+GAUDI = ("vllm_gaudi", "vllm_gaudi-0.26.0.dist-info")  # vllm-gaudi as the environment installs it
+
+
+def copy_env(env: ServeEnv, dest: Path, gaudi: bool = True) -> ServeEnv:
     """A copy of the environment to apply in place to: hard links (cp -al) for what an apply never
-    writes, real copies of the two packages and their dist-info (what it writes; it replaces files by
+    writes, real copies of the packages and their dist-info (what it writes; it replaces files by
     renaming, so even a link would leave the original alone), and ``bin/vllm`` pointing at the copy's
-    interpreter."""
+    interpreter. ``gaudi=False``: without vllm-gaudi, as vLLM's own builds are installed."""
     subprocess.run(["cp", "-al", str(env.root), str(dest)], check=True)
     copy = ServeEnv(dest)
-    for name in ("vllm", "vllm_gaudi", f"vllm-{build_env.RELABELLED_VERSION}.dist-info", "vllm_gaudi-0.26.0.dist-info"):
+    for name in GAUDI:
         shutil.rmtree(copy.site / name)
+    for name in ("vllm", f"vllm-{build_env.RELABELLED_VERSION}.dist-info", *(GAUDI if gaudi else ())):
+        shutil.rmtree(copy.site / name, ignore_errors=True)
         shutil.copytree(env.site / name, copy.site / name, symlinks=True)
     script = copy.bin / "vllm"
     text = script.read_text().replace(f"#!{env.python}\n", f"#!{copy.python}\n", 1)
@@ -332,8 +346,16 @@ def test_in_place_tp1(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
     )
     stock = stock_server(serve_env, tiny_model, 1, tmp_path / "stock-tp1.log", "TP 1 without fixpack")
     with logs_on_failure(fixed, stock):
-        answers, tree = serve_and_ask(fixed, tiny_model)
+        with fixed:
+            tree = fixed.descendants()
+            answers = ask(fixed, tiny_model)
+            # vLLM's own request-killers, which Gaudi runs too (tests/serve/test_symptom_requests.py
+            # shows them on the stock server): refused, and served
+            refused = post(fixed, "/v1/completions", stop_id_requests(tiny_model)["/v1/completions"])
+            choice = choice_answer(fixed, tiny_model)
         fixed_s = time.monotonic() - start
+        assert_refused(*refused)
+        assert choice[0] == 200 and choice[1] in ("yes", "no"), choice
         digest = fix_set(copy.python, copy.site)
         assert_checked_everywhere(fixed, tree, digest, "in-place", workers=1)
         stock_answers, _ = serve_and_ask(stock, tiny_model)

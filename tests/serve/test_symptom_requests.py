@@ -22,6 +22,7 @@ reached on a CPU: its attention backend never reorders the batch; its proof show
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -149,7 +150,16 @@ def test_vllm_profile_in_place(serve_env: ServeEnv, tiny_model: Path, tmp_path: 
 
 def test_vllm_profile_overlay(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> None:
     """The same profile as an overlay over the copy without vllm-gaudi (the copy never written):
-    the runtime check in every process, and the out-of-vocabulary stop id refused."""
+    the runtime check in every process, and the out-of-vocabulary stop id refused. Over the serve
+    environment itself, which has vllm-gaudi, the profile is refused first."""
+    # the serve environment itself has vllm-gaudi: refused in one line, nothing written
+    beside = tmp_path / "refused-overlay"
+    argv = entry_point(serve_env.python, serve_env.site, "--overlay", str(beside), opt_ins=(), profile=PROFILE)
+    refused = subprocess.run(argv, capture_output=True, text=True, env=vllm_environ(serve_env.bin, 1), timeout=120)
+    errors = [line for line in refused.stderr.splitlines() if "error" in line]
+    assert refused.returncode == 1 and len(errors) == 1, refused.stderr
+    assert "vllm-gaudi 0.26.0 is installed" in errors[0] and "apply profile v0.26.0" in errors[0], errors
+    assert not beside.exists()
     copy = copy_env(serve_env, tmp_path / "env", gaudi=False)
     overlay = tmp_path / "overlay"
     port = free_port()
