@@ -74,6 +74,7 @@ class SamplingParams:
         self.allowed_token_ids = allowed_token_ids
         self.seed = None
         self.extra_args = None
+        self.structured_outputs = None  # min-tokens-grammar's MinTokensLogitsProcessor reads it
 
 
 class _BlockTable:
