@@ -21,6 +21,7 @@ import argparse
 import ast
 import copy
 import functools
+import importlib.util
 import json
 import os
 import sys
@@ -137,6 +138,20 @@ def load_function(path: Path | str, qualname: str, namespace: dict[str, Any] | N
     glb.update(namespace or {})
     exec(compile_nodes(path, [node]), glb)
     return glb[qualname.rsplit(".", 1)[-1]]
+
+
+def load_module(name: str, path: Path | str) -> types.ModuleType:
+    """Import the whole file ``path`` as module ``name`` (registered in ``sys.modules``, so that the
+    modules loaded after it import it by that name); its own imports must resolve, or be stubbed
+    first. No bytecode is written beside the file: the trees a proof runs on stay as given."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.dont_write_bytecode = True
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def stub_modules(*names: str) -> dict[str, types.ModuleType]:

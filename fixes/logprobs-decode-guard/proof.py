@@ -12,8 +12,6 @@ sentencepiece does, so the first id past it (id == len(tokenizer)) is checked as
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -21,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fixpack.proofkit import Trees, stub_modules
+from fixpack.proofkit import Trees, load_module, stub_modules
 
 BAD = (-1, 2**32, 2**40)
 
@@ -78,25 +76,14 @@ class MetaspaceTokenizer(ByteLevelTokenizer):
         return [VOCAB[i].decode("utf-8", errors="replace") if i in VOCAB else None for i in ids]
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.dont_write_bytecode = True  # never leave __pycache__ in the tree
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def _modules(trees: Trees) -> tuple[ModuleType, ModuleType, ModuleType]:
     if trees.vllm is None:
         raise RuntimeError("this proof needs the vllm tree")
     root = Path(trees.vllm)
     stub_modules("vllm.logger", "vllm.tokenizers", "vllm.v1.engine", "vllm.v1.outputs")
-    lp = _load("vllm.logprobs", root / "vllm/logprobs.py")
-    du = _load("vllm.tokenizers.detokenizer_utils", root / "vllm/tokenizers/detokenizer_utils.py")
-    engine_lp = _load("vllm.v1.engine.logprobs", root / "vllm/v1/engine/logprobs.py")
+    lp = load_module("vllm.logprobs", root / "vllm/logprobs.py")
+    du = load_module("vllm.tokenizers.detokenizer_utils", root / "vllm/tokenizers/detokenizer_utils.py")
+    engine_lp = load_module("vllm.v1.engine.logprobs", root / "vllm/v1/engine/logprobs.py")
     return lp, du, engine_lp
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ast
 import enum
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fixpack.proofkit import Trees, compile_nodes, load_function, load_node, stub_modules
+from fixpack.proofkit import Trees, compile_nodes, load_function, load_module, load_node, stub_modules
 
 NEG_INF = float("-inf")
 V = 12  # vocabulary size
@@ -41,24 +40,13 @@ YES, NO, A, B = 3, 4, 5, 6
 MIN_TOKENS = 6
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.dont_write_bytecode = True  # never leave __pycache__ in the tree
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def _builtin(root: Path) -> ModuleType:
     stub_modules("vllm", "vllm.config", "vllm.utils", "vllm.utils.torch_utils", "vllm.v1.sample.logits_processor")
     sys.modules["vllm.utils.torch_utils"].async_tensor_h2d = load_function(  # type: ignore[attr-defined]
         root / "vllm/utils/torch_utils.py", "async_tensor_h2d", {"np": np, "torch": torch, "PIN_MEMORY": False}
     )
-    _load("vllm.v1.sample.logits_processor.interface", root / "vllm/v1/sample/logits_processor/interface.py")
-    return _load("vllm.v1.sample.logits_processor.builtin", root / "vllm/v1/sample/logits_processor/builtin.py")
+    load_module("vllm.v1.sample.logits_processor.interface", root / "vllm/v1/sample/logits_processor/interface.py")
+    return load_module("vllm.v1.sample.logits_processor.builtin", root / "vllm/v1/sample/logits_processor/builtin.py")
 
 
 def _params(structured: bool, min_tokens: int = MIN_TOKENS) -> SimpleNamespace:

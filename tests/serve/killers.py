@@ -40,6 +40,7 @@ def post(server: Server, path: str, payload: dict, timeout: float = 120) -> tupl
 
 
 def health(server: Server) -> int | None:
+    """``/health``'s status code; None when nothing answers (the server is gone)."""
     try:
         with urllib.request.urlopen(server.url("/health"), timeout=5) as answer:
             return answer.status

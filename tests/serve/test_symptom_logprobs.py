@@ -28,13 +28,12 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import build_env
 import openai
 from build_env import ServeEnv
+from killers import health
 from make_sp_model import PIECES
 from server import Server, free_port, logs_on_failure
 from test_accept import one, run_cli
@@ -71,17 +70,6 @@ RECIPE_CHECK = "logprobs-decode-guard-sentencepiece"
 
 def client(server: Server) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url("/v1"), api_key="none", max_retries=0, timeout=120)
-
-
-def health(server: Server) -> int | None:
-    """``/health``'s status code; None when nothing answers (the server is gone)."""
-    try:
-        with urllib.request.urlopen(server.url("/health"), timeout=5) as answer:
-            return answer.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return None
 
 
 # --- the four kinds of request; each returns (token id, decoded text) for every logprob entry -----
