@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""Fuzz a real CPU ``vllm serve`` with valid requests near the edges, stock against the pack, and
+count what fails a request or kills the server (issue 46).
+
+    FIXPACK_SERVE_ENV=DIR python3 bench/fuzz.py run [--seed 1] [--batches 200] [--minutes 20]
+        [--in-flight 3] [--server stock patched] [--profile vllm-0.26.0] [--out DIR] [--json FILE]
+    python3 bench/fuzz.py replay FILE --url http://127.0.0.1:PORT
+
+The requests are ``fuzz_requests.batches(model, seed, N)``: the same seed gives both servers the
+same batches, each batch's requests sent at once. After each batch the server must still answer
+``/health``; a server that dies is counted, its batch saved as a replay file (the bodies, the
+answers, the server's log lines since the batch began) and the server started again. A request
+that takes longer than ``--timeout`` is a hang. Every failing request is saved too
+(``DIR/<server>-<n>.json``). The table: requests sent, served, 4xx, 5xx, stream errors, hangs and
+deaths, per server.
+
+``patched`` is the pack through the entry point: profile ``vllm-0.26.0`` (the default) applied in
+place to a copy of the serve venv without vllm-gaudi, as vLLM's own builds are installed; or
+``--profile v0.26.0`` with both opt-ins as an overlay over the serve venv itself. The model is the
+serve tier's tiny Qwen3 (vocabulary 1024, tokenizer 1000), made on the spot. One server at a time,
+each stopped by its process group. Run it with the development environment's interpreter (it
+reuses the serve tier's helpers in tests/serve/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "serve")]
+
+import build_env  # noqa: E402
+from build_env import ServeEnv  # noqa: E402
+from server import Server, ServerError, free_port  # noqa: E402
+from test_serve import copy_env, entry_point, vllm_environ  # noqa: E402
+
+from bench.fuzz_requests import Model, Verdict, batches, judge  # noqa: E402
+
+TIMEOUT = 120.0  # seconds for one request before it counts as a hang
+SETTLE = 5.0  # seconds a server that answered a 5xx gets to show whether it is going down
+KINDS = ("served", "4xx", "5xx", "stream-error", "unanswered", "hang")
+
+
+@dataclass
+class Tally:
+    server: str
+    sent: int = 0
+    kinds: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    deaths: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+    saved: list[str] = field(default_factory=list)
+
+    def row(self) -> str:
+        k = self.kinds
+        return (
+            f"| {self.server} | {self.batches} | {self.sent} | {k['served']} | {k['4xx']} | {k['5xx']} | "
+            f"{k['stream-error']} | {k['hang']} | {k['unanswered']} | {self.deaths} | {self.seconds / 60:.1f} |"
+        )
+
+
+HEADER = (
+    "| server | batches | requests | served | 4xx | 5xx | stream errors | hangs | unanswered | deaths | minutes |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def send(url: str, endpoint: str, body: dict[str, Any], timeout: float) -> tuple[int | None, str, float]:
+    """(status, answer text, seconds); status None when no answer came (refused, reset, timed out)."""
+    request = urllib.request.Request(
+        url + endpoint, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, answer.read().decode(errors="replace"), time.monotonic() - start
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace"), time.monotonic() - start
+    except (OSError, TimeoutError) as exc:
+        return None, f"{type(exc).__name__}: {exc}", time.monotonic() - start
+
+
+def send_all(url: str, batch: list[tuple[str, dict[str, Any]]], timeout: float) -> list[tuple[int | None, str, float]]:
+    """The batch's requests at once, as clients in flight together."""
+    with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+        return list(pool.map(lambda r: send(url, r[0], r[1], timeout), batch))
+
+
+def healthy(server: Server) -> bool:
+    if server.proc is None or server.proc.poll() is not None:
+        return False
+    try:
+        with urllib.request.urlopen(server.url("/health"), timeout=5) as answer:
+            return answer.status == 200
+    except (OSError, TimeoutError):
+        return False
+
+
+def settled(server: Server) -> bool:
+    """Whether the server is still up once a failure had SETTLE seconds to bring it down."""
+    deadline = time.monotonic() + SETTLE
+    while time.monotonic() < deadline:
+        if not healthy(server):
+            return False
+        time.sleep(0.25)
+    return healthy(server)
+
+
+class Target:
+    """One kind of server, started (again) on demand."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
+        self.name, self.argv, self.env, self.log_dir = name, argv, env, log_dir
+        self.server: Server | None = None
+        self.starts = 0
+
+    def start(self) -> Server:
+        self.starts += 1
+        port = free_port()
+        argv = [a.replace("{port}", str(port)) for a in self.argv]
+        log = self.log_dir / f"{self.name}-{self.starts}.log"
+        self.server = Server(argv, env=self.env, port=port, log=log, name=f"{self.name} #{self.starts}")
+        self.server.start()
+        self.server.wait_ready()
+        return self.server
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def run_batches(target: Target, drawn: list[list[tuple[str, dict[str, Any]]]], out: Path, minutes: float,
+                timeout: float = TIMEOUT) -> Tally:  # fmt: skip
+    tally = Tally(target.name)
+    start = time.monotonic()
+    server = target.start()
+    try:
+        for number, batch in enumerate(drawn):
+            if time.monotonic() - start > minutes * 60:
+                break
+            offset = len(server.text())
+            answers = send_all(server.url(""), batch, timeout)
+            tally.batches += 1
+            verdicts = []
+            for (_, body), (status, text, seconds) in zip(batch, answers):
+                verdict = judge(status, text, bool(body.get("stream")))
+                if verdict.kind == "unanswered" and seconds >= timeout:
+                    verdict = Verdict("hang", verdict.detail)
+                verdicts.append(verdict)
+                tally.sent += 1
+                tally.kinds[verdict.kind] += 1
+            died = any(v.failed for v in verdicts) and not settled(server)
+            if died or any(v.failed for v in verdicts):
+                saved = save_replay(out, target.name, number, batch, answers, verdicts, died, server.text()[offset:])
+                tally.saved.append(str(saved))
+            if died:
+                tally.deaths += 1
+                target.stop()
+                server = target.start()
+    finally:
+        tally.seconds = time.monotonic() - start
+        target.stop()
+    return tally
+
+
+def save_replay(out: Path, name: str, number: int, batch: list, answers: list, verdicts: list[Verdict], died: bool,
+          log: str) -> Path:  # fmt: skip
+    """A replay file: what was sent, what came back, and the server's log lines meanwhile."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}-{number:05d}.json"
+    record = {
+        "server": name,
+        "batch": number,
+        "died": died,
+        "requests": [
+            {"endpoint": e, "body": b, "status": s, "answer": t[:2000], "seconds": round(sec, 3), "verdict": asdict(v)}
+            for (e, b), (s, t, sec), v in zip(batch, answers, verdicts)
+        ],
+        "log": log.splitlines()[-200:],
+    }
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def replay(path: Path, url: str, timeout: float = TIMEOUT) -> list[Verdict]:
+    """Send a replay file's batch again, at once, to ``url``: the verdict of each request."""
+    record = json.loads(path.read_text())
+    batch = [(r["endpoint"], r["body"]) for r in record["requests"]]
+    answers = send_all(url, batch, timeout)
+    return [judge(s, t, bool(b.get("stream"))) for (_, b), (s, t, _) in zip(batch, answers)]
+
+
+def model_of(model_dir: Path) -> Model:
+    """The served name, the config's vocabulary and the tokenizer's size, read from the files."""
+    from transformers import AutoTokenizer
+
+    config = json.loads((model_dir / "config.json").read_text())
+    return Model(str(model_dir), int(config["vocab_size"]), len(AutoTokenizer.from_pretrained(model_dir)))
+
+
+def targets(env: ServeEnv, model: Path, names: list[str], profile: str, work: Path) -> list[Target]:
+    args = ["serve", str(model), "--enforce-eager", "--max-model-len", "512", "--host", "127.0.0.1", "--port", "{port}"]
+    out = []
+    for name in names:
+        if name == "stock":
+            out.append(Target(name, [str(env.bin / "vllm"), *args], vllm_environ(env.bin, 1), work))
+        elif profile == "vllm-0.26.0":  # vLLM alone, as its own builds are installed
+            copy = copy_env(env, work / "env", gaudi=False)
+            argv = entry_point(copy.python, copy.site, "--exec", "vllm", *args, opt_ins=(), profile=profile)
+            out.append(Target(name, argv, vllm_environ(copy.bin, 1), work))
+        else:
+            argv = entry_point(env.python, env.site, "--overlay", str(work / "overlay"), "--exec", "vllm", *args)
+            out.append(Target(name, argv, vllm_environ(env.bin, 1), work))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="fuzz stock and patched servers with the same seed")
+    run.add_argument("--seed", type=int, default=1)
+    run.add_argument("--batches", type=int, default=200)
+    run.add_argument("--minutes", type=float, default=20.0, help="per server")
+    run.add_argument("--in-flight", type=int, default=3)
+    run.add_argument("--timeout", type=float, default=TIMEOUT)
+    run.add_argument("--server", nargs="+", choices=["stock", "patched"], default=["stock", "patched"])
+    run.add_argument("--profile", choices=["vllm-0.26.0", "v0.26.0"], default="vllm-0.26.0")
+    run.add_argument("--out", type=Path, default=Path("fuzz-out"))
+    run.add_argument("--json", type=Path)
+    again = sub.add_parser("replay", help="send a saved batch again")
+    again.add_argument("file", type=Path)
+    again.add_argument("--url", required=True)
+    args = parser.parse_args(argv)
+
+    if args.command == "replay":
+        for verdict in replay(args.file, args.url.rstrip("/")):
+            print(f"{verdict.kind}: {verdict.detail}")
+        return 0
+
+    root = os.environ.get("FIXPACK_SERVE_ENV")
+    if not root or build_env.ready(Path(root)) is not None:
+        print("fuzz: set FIXPACK_SERVE_ENV to a venv built by tests/serve/build_env.py", file=sys.stderr)
+        return 2
+    env = ServeEnv(Path(root).absolute())
+    with tempfile.TemporaryDirectory(prefix="fixpack-fuzz-") as tmp:
+        work = Path(tmp)
+        model_dir = work / "tiny-qwen3"
+        subprocess.run([str(env.python), str(REPO / "tests/serve/make_model.py"), str(model_dir)], check=True,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True)  # fmt: skip
+        model = model_of(model_dir)
+        drawn = batches(model, args.seed, args.batches, args.in_flight)
+        print(f"fuzz: seed {args.seed}, {len(drawn)} batches, {sum(map(len, drawn))} requests; {model}", flush=True)
+        tallies = []
+        for target in targets(env, model_dir, args.server, args.profile, work):
+            try:
+                tallies.append(run_batches(target, drawn, args.out, args.minutes, args.timeout))
+            except ServerError as exc:
+                print(f"fuzz: {target.name} did not start: {exc}", file=sys.stderr)
+                return 1
+            print(f"fuzz: {target.name}: {tallies[-1].row()}", flush=True)
+    print(HEADER)
+    for tally in tallies:
+        print(tally.row())
+    if args.json:
+        args.json.write_text(json.dumps([asdict(t) for t in tallies], indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

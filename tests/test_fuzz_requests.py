@@ -1,0 +1,109 @@
+"""bench/fuzz_requests.py and bench/fuzz.py without a vLLM server: the requests a seed draws (the
+same for every server, at the edges of the vocabulary), the oracle on answers given here, and a
+saved failure replayed against a stand-in server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.fuzz_requests import ENDPOINTS, Model, batches, judge  # noqa: E402
+
+MODEL = Model("tiny", vocab=1024, tokenizer=1000)
+
+
+def _ids(body: dict) -> list[int]:
+    out = [*body.get("stop_token_ids", []), *body.get("allowed_token_ids", [])]
+    out += [int(k) for k in body.get("logit_bias", {})]
+    return out + (body["prompt"] if isinstance(body.get("prompt"), list) else [])
+
+
+def test_a_seed_draws_the_same_requests_for_every_server() -> None:
+    first, again, other = batches(MODEL, 7, 40), batches(MODEL, 7, 40), batches(MODEL, 8, 40)
+    assert first == again and first != other
+    assert len(first) == 40 and all(1 <= len(b) <= 3 for b in first)
+
+
+def test_requests_are_bodies_of_both_endpoints_with_ids_at_the_edges() -> None:
+    drawn = [r for batch in batches(MODEL, 1, 300, in_flight=4) for r in batch]
+    assert {endpoint for endpoint, _ in drawn} == set(ENDPOINTS)
+    for endpoint, body in drawn:
+        assert body["model"] == "tiny"
+        assert ("prompt" in body) == (endpoint == "/v1/completions") and ("messages" in body) != ("prompt" in body)
+        assert all(0 <= i <= MODEL.vocab + 1 for i in _ids(body)), body
+    ids = {i for _, body in drawn for i in _ids(body)}
+    assert {0, MODEL.tokenizer, MODEL.vocab - 1, MODEL.vocab} <= ids  # the edges are drawn
+    assert any(0 < i < MODEL.tokenizer - 1 for i in ids)  # and the inside
+    both = [b for _, b in drawn if b.get("min_tokens") and b.get("stop_token_ids")]
+    assert both, "min_tokens with stop_token_ids (the stop-id killer's shape) is never drawn"
+    assert any("structured_outputs" in b for _, b in drawn) and any(b.get("stream") for _, b in drawn)
+
+
+def test_the_oracle() -> None:
+    served = json.dumps({"choices": [{"text": "hi", "finish_reason": "length"}]})
+    assert judge(200, served, False).kind == "served"
+    assert judge(200, json.dumps({"choices": [{"finish_reason": "error"}]}), False).failed
+    refused = judge(400, json.dumps({"error": {"message": "stop_token_ids contains out-of-vocab token ids"}}), False)
+    assert refused.kind == "4xx" and not refused.failed and "stop_token_ids" in refused.detail
+    assert judge(400, json.dumps({"detail": []}), False).failed  # a 4xx without a message
+    assert judge(500, "Internal Server Error", False).kind == "5xx"
+    assert judge(None, "ConnectionResetError", False).kind == "unanswered"
+    chunk = 'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\n'
+    assert judge(200, chunk + "data: [DONE]\n\n", True).kind == "served"
+    assert judge(200, chunk, True).kind == "stream-error"  # cut short
+    error = 'data: {"error": {"message": "EngineDeadError", "code": 500}}\n\n'
+    assert judge(200, chunk + error + "data: [DONE]\n\n", True).kind == "stream-error"
+
+
+class _StandIn(BaseHTTPRequestHandler):
+    """500 for a body with an out-of-vocabulary stop id, 200 otherwise."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        bad = any(i >= MODEL.vocab for i in body.get("stop_token_ids", []))
+        answer = b"Internal Server Error" if bad else json.dumps({"choices": [{"finish_reason": "stop"}]}).encode()
+        self.send_response(500 if bad else 200)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def stand_in() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _StandIn)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_a_saved_failure_replays(stand_in: str, tmp_path: Path) -> None:
+    from bench.fuzz import replay, save_replay, send_all
+
+    batch = [
+        ("/v1/completions", {"model": "tiny", "prompt": "hello", "min_tokens": 4, "stop_token_ids": [5000000]}),
+        ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}),
+    ]
+    answers = send_all(stand_in, batch, 10)
+    verdicts = [judge(s, t, False) for s, t, _ in answers]
+    assert [v.kind for v in verdicts] == ["5xx", "served"]
+    saved = save_replay(tmp_path, "stock", 3, batch, answers, verdicts, False, "line 1\nline 2\n")
+    record = json.loads(saved.read_text())
+    assert saved.name == "stock-00003.json" and record["log"] == ["line 1", "line 2"]
+    assert [r["body"] for r in record["requests"]] == [b for _, b in batch]
+    assert [v.kind for v in replay(saved, stand_in)] == ["5xx", "served"]
