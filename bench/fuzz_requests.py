@@ -196,6 +196,11 @@ def _judge_stream(text: str) -> Verdict:
         except ValueError:
             return Verdict("stream-error", f"an event that is not JSON: {event[:200]}")
         if "error" in chunk:
+            # vLLM refuses a streamed request inside its stream: a client error there is a refusal
+            error = chunk["error"] if isinstance(chunk["error"], dict) else {}
+            code = error.get("code")
+            if isinstance(code, int) and 400 <= code < 500 and error.get("message"):
+                return Verdict("4xx", str(error["message"]))
             return Verdict("stream-error", json.dumps(chunk["error"])[:200])
         if any(c.get("finish_reason") == "error" for c in chunk.get("choices") or []):
             return Verdict("stream-error", "finish_reason error")

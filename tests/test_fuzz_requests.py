@@ -61,6 +61,10 @@ def test_the_oracle() -> None:
     assert judge(200, chunk, True).kind == "stream-error"  # cut short
     error = 'data: {"error": {"message": "EngineDeadError", "code": 500}}\n\n'
     assert judge(200, chunk + error + "data: [DONE]\n\n", True).kind == "stream-error"
+    said = (
+        'data: {"error": {"message": "Token id 1024 is out of vocabulary", "type": "BadRequest", "code": 400}}\n\n'
+    )
+    assert judge(200, said + "data: [DONE]\n\n", True).kind == "4xx"  # a refusal inside the stream
 
 
 class _StandIn(BaseHTTPRequestHandler):
