@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ...cookbook.catalog import Catalog
 from ...core import patch, rebuild
@@ -100,21 +101,18 @@ def verify_profiles(
     catalog: Catalog,
     profiles: list[Profile],
     sources: dict[str, Path],
-    jobs: int = 2,
-    mutants: bool = False,
-    per_fix: int | None = 8,
-    coverage: bool = False,
     only: frozenset[str] | None = None,
+    **options: Any,
 ) -> list[FixVerdict]:
-    """``verify_profile`` for each profile in turn, a fix's proof (and its coverage and mutants) run
-    in the first profile that has it only: profiles of one release share the fix's bytes (the
-    catalog holds each file's chain of changes the same), so a second run would prove nothing new.
-    Every profile is still locked, applied, compiled and reverted."""
+    """``verify_profile`` (with its ``options``) for each profile in turn, a fix's proof (and its
+    coverage and mutants) run in the first profile that has it only: profiles of one release share
+    the fix's bytes (the catalog holds each file's chain of changes the same), so a second run would
+    prove nothing new. Every profile is still locked, applied, compiled and reverted."""
     proven: set[str] = set()
     verdicts: list[FixVerdict] = []
     for profile in profiles:
         mine = frozenset(f for f in profile.pack if (only is None or f in only) and f not in proven)
-        verdicts += verify_profile(catalog, profile, sources, jobs, mutants, per_fix, coverage, mine)
+        verdicts += verify_profile(catalog, profile, sources, only=mine, **options)
         proven |= mine
     return verdicts
 
