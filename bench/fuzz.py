@@ -3,7 +3,8 @@
 count what fails a request or kills the server (issue 46).
 
     FIXPACK_SERVE_ENV=DIR python3 bench/fuzz.py run [--seed 1] [--batches 200] [--minutes 20]
-        [--in-flight 3] [--server stock patched] [--profile vllm-0.26.0] [--out DIR] [--json FILE]
+        [--in-flight 3] [--server stock patched] [--profile vllm-0.26.0] [--schema-seconds 0]
+        [--schema-examples 100] [--out DIR] [--json FILE]
     python3 bench/fuzz.py replay FILE --url http://127.0.0.1:PORT
 
 The requests are ``fuzz_requests.batches(model, seed, N)``: the same seed gives both servers the
@@ -12,7 +13,10 @@ same batches, each batch's requests sent at once. After each batch the server mu
 answers, the server's log lines since the batch began) and the server started again. A request
 that takes longer than ``--timeout`` is a hang. Every failing request is saved too
 (``DIR/<server>-<n>.json``). The table: requests sent, served, 4xx, 5xx, stream errors, hangs and
-deaths, per server.
+deaths, per server. ``--schema-seconds N`` then runs Schemathesis (``fuzz_schema``) for N seconds
+against each server, started again for it; each 5xx it finds is a replay file too. Requests go only
+to the servers this command starts on 127.0.0.1 (``replay`` refuses any other address), bounded by
+``--batches``, ``--minutes`` and ``--schema-seconds``.
 
 ``patched`` is the pack through the entry point: profile ``vllm-0.26.0`` (the default) applied in
 place to a copy of the serve venv without vllm-gaudi, as vLLM's own builds are installed; or
@@ -32,6 +36,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -47,6 +52,7 @@ from build_env import ServeEnv  # noqa: E402
 from server import Server, ServerError, free_port  # noqa: E402
 from test_serve import copy_env, entry_point, vllm_environ  # noqa: E402
 
+from bench import fuzz_schema  # noqa: E402
 from bench.fuzz_requests import Model, Verdict, batches, judge  # noqa: E402
 
 TIMEOUT = 120.0  # seconds for one request before it counts as a hang
@@ -163,8 +169,10 @@ def run_batches(target: Target, drawn: list[list[tuple[str, dict[str, Any]]]], o
                 verdicts.append(verdict)
                 tally.sent += 1
                 tally.kinds[verdict.kind] += 1
-            died = any(v.failed for v in verdicts) and not settled(server)
-            if died or any(v.failed for v in verdicts):
+            failed = any(v.failed for v in verdicts)
+            # a failure gets time to bring the server down; otherwise it must answer at once
+            died = not (settled(server) if failed else healthy(server))
+            if died or failed:
                 saved = save_replay(out, target.name, number, batch, answers, verdicts, died, server.text()[offset:])
                 tally.saved.append(str(saved))
             if died:
@@ -197,11 +205,34 @@ def save_replay(out: Path, name: str, number: int, batch: list, answers: list, v
 
 
 def replay(path: Path, url: str, timeout: float = TIMEOUT) -> list[Verdict]:
-    """Send a replay file's batch again, at once, to ``url``: the verdict of each request."""
+    """Send a replay file's batch again, at once, to ``url``: the verdict of each request. A
+    Schemathesis case (``fuzz_schema``'s file: one request, maybe not even a JSON object) is sent as
+    it was and judged by its status."""
     record = json.loads(path.read_text())
+    if "requests" not in record:
+        status, text = fuzz_schema.replay(path, url, timeout)
+        return [Verdict("5xx", f"HTTP {status}: {text[:200]}") if status >= 500 else Verdict(f"{status // 100}xx")]
     batch = [(r["endpoint"], r["body"]) for r in record["requests"]]
     answers = send_all(url, batch, timeout)
     return [judge(s, t, bool(b.get("stream"))) for (_, b), (s, t, _) in zip(batch, answers)]
+
+
+def schema_run(target: Target, seed: int, seconds: float, examples: int, out: Path) -> fuzz_schema.SweepResult:
+    """Schemathesis against a server started for it, its 5xx cases saved as replay files."""
+    server = target.start()
+    try:
+        result = fuzz_schema.schema_sweep(
+            server.url(""), seed=seed, max_examples=examples, seconds=seconds, workdir=out / f"{target.name}-schema"
+        )
+    finally:
+        target.stop()
+    fuzz_schema.write_replays(result, out / f"{target.name}-schema")
+    return result
+
+
+def loopback(url: str) -> bool:
+    """Whether ``url`` names this machine: the fuzzer sends only to servers on 127.0.0.1."""
+    return urllib.parse.urlsplit(url).hostname in ("127.0.0.1", "localhost", "::1")
 
 
 def model_of(model_dir: Path) -> Model:
@@ -239,15 +270,24 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--timeout", type=float, default=TIMEOUT)
     run.add_argument("--server", nargs="+", choices=["stock", "patched"], default=["stock", "patched"])
     run.add_argument("--profile", choices=["vllm-0.26.0", "v0.26.0"], default="vllm-0.26.0")
+    run.add_argument("--schema-seconds", type=float, default=0.0, help="then Schemathesis, per server (0: not)")
+    run.add_argument("--schema-examples", type=int, default=100, help="Schemathesis's bound per operation")
     run.add_argument("--out", type=Path, default=Path("fuzz-out"))
     run.add_argument("--json", type=Path)
-    again = sub.add_parser("replay", help="send a saved batch again")
+    again = sub.add_parser("replay", help="send a saved batch (or Schemathesis case) again")
     again.add_argument("file", type=Path)
-    again.add_argument("--url", required=True)
+    again.add_argument("--url", required=True, help="a server on this machine: http://127.0.0.1:PORT")
     args = parser.parse_args(argv)
 
     if args.command == "replay":
-        for verdict in replay(args.file, args.url.rstrip("/")):
+        if not loopback(args.url):
+            parser.error(f"--url {args.url}: the fuzzer sends only to a server on 127.0.0.1")
+        try:
+            verdicts = replay(args.file, args.url.rstrip("/"))
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"fuzz: error: {args.file}: cannot replay it ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return 2
+        for verdict in verdicts:
             print(f"{verdict.kind}: {verdict.detail}")
         return 0
 
@@ -262,17 +302,26 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([str(env.python), str(REPO / "tests/serve/make_model.py"), str(model_dir)], check=True,
                        env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True)  # fmt: skip
         model = model_of(model_dir)
-        drawn = batches(model, args.seed, args.batches, args.in_flight)
+        drawn = batches(model, args.seed, args.batches, args.in_flight) if args.batches > 0 else []
         print(f"fuzz: seed {args.seed}, {len(drawn)} batches, {sum(map(len, drawn))} requests; {model}", flush=True)
         tallies = []
+        sweeps = []
         for target in targets(env, model_dir, args.server, args.profile, work):
             try:
-                tallies.append(run_batches(target, drawn, args.out, args.minutes, args.timeout))
+                if drawn:
+                    tallies.append(run_batches(target, drawn, args.out, args.minutes, args.timeout))
+                    print(f"fuzz: {target.name}: {tallies[-1].row()}", flush=True)
+                if args.schema_seconds > 0:
+                    sweep = schema_run(target, args.seed, args.schema_seconds, args.schema_examples, args.out)
+                    sweeps.append(f"| {target.name} |{sweep.row()[1:]}")
+                    print(f"fuzz: {target.name}, Schemathesis: {sweep.row()}", flush=True)
             except ServerError as exc:
                 print(f"fuzz: {target.name} did not start: {exc}", file=sys.stderr)
                 return 1
-            print(f"fuzz: {target.name}: {tallies[-1].row()}", flush=True)
-    print(HEADER)
+    for row in sweeps:
+        print(row)
+    if tallies:
+        print(HEADER)
     for tally in tallies:
         print(tally.row())
     if args.json:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The malformed-input sweep of issue 46: Schemathesis against a server's OpenAPI schema.
 
 ``schema_sweep(url, seed=..., max_examples=..., seconds=..., workdir=...)`` runs Schemathesis 4.32
@@ -16,18 +15,15 @@ through a recording proxy on 127.0.0.1 (standard library ``ThreadingHTTPServer``
 one to the server and notes its method, path, body, status and answer. ``SweepResult`` counts them
 (sent, 2xx, 4xx, 5xx, transport errors and timeouts) and keeps each 5xx case; its JUnit report is kept
 in ``workdir`` beside them for the failures as Schemathesis saw them. ``replay(path, url)`` sends a
-saved case again and returns the status it gets.
+saved case again and returns the status it gets; ``write_replays`` writes ``DIR/schema-5xx-NNN.json``,
+one replay file per 5xx answer (method, path, body, status, response text).
 
-    python3 bench/fuzz_schema.py --url http://127.0.0.1:8000 --seed 1 --max-examples 50 --seconds 180 --out DIR
-
-prints one table row (the counts and the distinct kinds of 5xx) and writes ``DIR/schema-5xx-NNN.json``,
-one replay file per 5xx answer (method, path, body, status, response text). Needs ``schemathesis>=4.32,<4.33``
-in the interpreter that runs it (the ``test`` extra), or a ``st`` on ``PATH``.
+``bench/fuzz.py run --schema-seconds N`` runs it against the servers it starts itself. Needs
+``schemathesis>=4.32,<4.33`` in the interpreter that runs it (the ``test`` extra), or a ``st`` on ``PATH``.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import dataclasses
 import http.client
@@ -200,7 +196,7 @@ def _handler(recorder: _Recorder) -> type[BaseHTTPRequestHandler]:
             raise AttributeError(name)
 
         def log_message(self, format: str, *args: object) -> None:
-            pass  # one line per request on stderr would drown the CLI's row
+            pass  # one line per request on stderr would drown the harness's output
 
     return Forward
 
@@ -210,7 +206,7 @@ class _QuietServer(ThreadingHTTPServer):
 
     def handle_error(self, request: object, client_address: object) -> None:
         # Schemathesis drops keep-alive connections when it ends or times out a request; the reset that
-        # follows is expected and its traceback on stderr would bury the CLI's row.
+        # follows is expected and its traceback on stderr would bury the harness's output.
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)  # type: ignore[arg-type]
 
@@ -403,29 +399,3 @@ def replay(path: Path, url: str, timeout: float = REQUEST_TIMEOUT) -> tuple[int,
         return answer.status, answer.read().decode("utf-8", errors="replace")
     finally:
         conn.close()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", required=True, help="the server's base URL (its /openapi.json is read)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--max-examples", type=int, default=50, help="Schemathesis's bound per operation")
-    parser.add_argument("--seconds", type=float, default=180.0, help="wall-clock bound of the whole sweep")
-    parser.add_argument("--path", action="append", dest="paths", help="a path to sweep (repeatable)")
-    parser.add_argument("--out", type=Path, required=True, help="folder for the replay files and reports")
-    args = parser.parse_args(argv)
-    result = schema_sweep(
-        args.url,
-        seed=args.seed,
-        max_examples=args.max_examples,
-        seconds=args.seconds,
-        paths=tuple(args.paths or DEFAULT_PATHS),
-        workdir=args.out,
-    )
-    write_replays(result, args.out)
-    print(result.row())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

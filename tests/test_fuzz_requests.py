@@ -61,9 +61,7 @@ def test_the_oracle() -> None:
     assert judge(200, chunk, True).kind == "stream-error"  # cut short
     error = 'data: {"error": {"message": "EngineDeadError", "code": 500}}\n\n'
     assert judge(200, chunk + error + "data: [DONE]\n\n", True).kind == "stream-error"
-    said = (
-        'data: {"error": {"message": "Token id 1024 is out of vocabulary", "type": "BadRequest", "code": 400}}\n\n'
-    )
+    said = 'data: {"error": {"message": "Token id 1024 is out of vocabulary", "type": "BadRequest", "code": 400}}\n\n'
     assert judge(200, said + "data: [DONE]\n\n", True).kind == "4xx"  # a refusal inside the stream
 
 
@@ -111,3 +109,32 @@ def test_a_saved_failure_replays(stand_in: str, tmp_path: Path) -> None:
     assert saved.name == "stock-00003.json" and record["log"] == ["line 1", "line 2"]
     assert [r["body"] for r in record["requests"]] == [b for _, b in batch]
     assert [v.kind for v in replay(saved, stand_in)] == ["5xx", "served"]
+
+
+def test_a_schemathesis_case_replays_through_the_same_command(stand_in: str, tmp_path: Path) -> None:
+    from bench.fuzz import replay
+    from bench.fuzz_schema import Case
+
+    body = json.dumps({"model": "tiny", "prompt": "x", "min_tokens": 2, "stop_token_ids": [2000]}).encode()
+    saved = tmp_path / "schema-5xx-001.json"
+    saved.write_text(json.dumps(Case("POST", "/v1/completions", body, "application/json", 500).replay_json()))
+    assert [v.kind for v in replay(saved, stand_in)] == ["5xx"]
+
+
+def test_replay_sends_only_to_this_machine_and_says_why_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+
+    fuzz = str(Path(__file__).resolve().parent.parent / "bench" / "fuzz.py")
+    elsewhere = subprocess.run(
+        [sys.executable, fuzz, "replay", str(tmp_path / "x.json"), "--url", "http://example.org"],
+        capture_output=True,
+        text=True,
+    )
+    assert elsewhere.returncode == 2 and "sends only to a server on 127.0.0.1" in elsewhere.stderr
+    missing = subprocess.run(
+        [sys.executable, fuzz, "replay", str(tmp_path / "x.json"), "--url", "http://127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "cannot replay it" in missing.stderr
+    assert "Traceback" not in elsewhere.stderr + missing.stderr
