@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from builders import PRISTINE, SAMPLER, Cookbook, make_site
+from builders import PRISTINE, SAMPLER, Cookbook, make_site, run_cli
 
 from fixpack.cookbook.catalog import Catalog
 from fixpack.errors import UsageError
@@ -223,3 +223,25 @@ def test_verify_runs_a_shared_fixs_proof_once(cli, cookbook, tmp_path):
     proven = [(v["fix"], v["proof"]) for v in out["results"] if v["proof"] != "none"]
     assert proven == [("sampler-fix", "demonstrated")]
     assert runs.read_text().count("run") == 2  # once on the pristine tree, once on the patched one
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ('match = "fingerprints"', 'match = "sha"', "match must be one of commit, fingerprints, not 'sha'"),
+        ('vllm-gaudi = "v0.26.0"', "vllm-gaudi = 1", "[instead] maps a distribution to the name of the profile"),
+    ],
+)
+def test_a_malformed_pin_match_or_instead_is_one_line_exit_2(cookbook, old, new, message):
+    two_profiles(cookbook)
+    path = cookbook.root / "profiles" / "vllm-0.26.0.toml"
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new, 1))
+    r = run_cli("profiles")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_lock_without_a_profile_or_trees_for_one_says_so(cli, cookbook, tmp_path):
+    two_profiles(cookbook)
+    r = run_cli("lock", f"--source=vllm-gaudi={cookbook.sources['vllm-gaudi']}")
+    assert r.returncode == 2 and "give --profile NAME, or --source trees for all its pins" in r.stderr, r.stderr
