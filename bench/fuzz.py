@@ -35,10 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +50,8 @@ from server import Server, ServerError, free_port  # noqa: E402
 from test_serve import copy_env, entry_point, vllm_environ  # noqa: E402
 
 from bench import fuzz_schema  # noqa: E402
-from bench.fuzz_requests import Model, Verdict, batches, judge  # noqa: E402
+from bench.fuzz_client import Sent, answers_health, send_batch  # noqa: E402
+from bench.fuzz_requests import Model, Verdict, batches  # noqa: E402
 
 TIMEOUT = 120.0  # seconds for one request before it counts as a hang
 SETTLE = 5.0  # seconds a server that answered a 5xx gets to show whether it is going down
@@ -84,35 +82,8 @@ HEADER = (
 )
 
 
-def send(url: str, endpoint: str, body: dict[str, Any], timeout: float) -> tuple[int | None, str, float]:
-    """(status, answer text, seconds); status None when no answer came (refused, reset, timed out)."""
-    request = urllib.request.Request(
-        url + endpoint, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    start = time.monotonic()
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            return answer.status, answer.read().decode(errors="replace"), time.monotonic() - start
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace"), time.monotonic() - start
-    except (OSError, TimeoutError) as exc:
-        return None, f"{type(exc).__name__}: {exc}", time.monotonic() - start
-
-
-def send_all(url: str, batch: list[tuple[str, dict[str, Any]]], timeout: float) -> list[tuple[int | None, str, float]]:
-    """The batch's requests at once, as clients in flight together."""
-    with ThreadPoolExecutor(max_workers=len(batch)) as pool:
-        return list(pool.map(lambda r: send(url, r[0], r[1], timeout), batch))
-
-
 def healthy(server: Server) -> bool:
-    if server.proc is None or server.proc.poll() is not None:
-        return False
-    try:
-        with urllib.request.urlopen(server.url("/health"), timeout=5) as answer:
-            return answer.status == 200
-    except (OSError, TimeoutError):
-        return False
+    return server.proc is not None and server.proc.poll() is None and answers_health(server.url(""))
 
 
 def settled(server: Server) -> bool:
@@ -159,21 +130,15 @@ def run_batches(target: Target, drawn: list[list[tuple[str, dict[str, Any]]]], o
             if time.monotonic() - start > minutes * 60:
                 break
             offset = len(server.text())
-            answers = send_all(server.url(""), batch, timeout)
+            sent = send_batch(server.url(""), batch, timeout)
             tally.batches += 1
-            verdicts = []
-            for (_, body), (status, text, seconds) in zip(batch, answers):
-                verdict = judge(status, text, bool(body.get("stream")))
-                if verdict.kind == "unanswered" and seconds >= timeout:
-                    verdict = Verdict("hang", verdict.detail)
-                verdicts.append(verdict)
-                tally.sent += 1
+            tally.sent += len(batch)
+            for verdict in sent.verdicts:
                 tally.kinds[verdict.kind] += 1
-            failed = any(v.failed for v in verdicts)
             # a failure gets time to bring the server down; otherwise it must answer at once
-            died = not (settled(server) if failed else healthy(server))
-            if died or failed:
-                saved = save_replay(out, target.name, number, batch, answers, verdicts, died, server.text()[offset:])
+            died = not (settled(server) if sent.failed else healthy(server))
+            if died or sent.failed:
+                saved = save_replay(out, target.name, number, sent, died, server.text()[offset:])
                 tally.saved.append(str(saved))
             if died:
                 tally.deaths += 1
@@ -185,8 +150,7 @@ def run_batches(target: Target, drawn: list[list[tuple[str, dict[str, Any]]]], o
     return tally
 
 
-def save_replay(out: Path, name: str, number: int, batch: list, answers: list, verdicts: list[Verdict], died: bool,
-          log: str) -> Path:  # fmt: skip
+def save_replay(out: Path, name: str, number: int, sent: Sent, died: bool, log: str) -> Path:
     """A replay file: what was sent, what came back, and the server's log lines meanwhile."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}-{number:05d}.json"
@@ -196,7 +160,7 @@ def save_replay(out: Path, name: str, number: int, batch: list, answers: list, v
         "died": died,
         "requests": [
             {"endpoint": e, "body": b, "status": s, "answer": t[:2000], "seconds": round(sec, 3), "verdict": asdict(v)}
-            for (e, b), (s, t, sec), v in zip(batch, answers, verdicts)
+            for (e, b), (s, t, sec), v in zip(sent.batch, sent.answers, sent.verdicts)
         ],
         "log": log.splitlines()[-200:],
     }
@@ -212,9 +176,7 @@ def replay(path: Path, url: str, timeout: float = TIMEOUT) -> list[Verdict]:
     if "requests" not in record:
         status, text = fuzz_schema.replay(path, url, timeout)
         return [Verdict("5xx", f"HTTP {status}: {text[:200]}") if status >= 500 else Verdict(f"{status // 100}xx")]
-    batch = [(r["endpoint"], r["body"]) for r in record["requests"]]
-    answers = send_all(url, batch, timeout)
-    return [judge(s, t, bool(b.get("stream"))) for (_, b), (s, t, _) in zip(batch, answers)]
+    return send_batch(url, [(r["endpoint"], r["body"]) for r in record["requests"]], timeout).verdicts
 
 
 def schema_run(target: Target, seed: int, seconds: float, examples: int, out: Path) -> fuzz_schema.SweepResult:

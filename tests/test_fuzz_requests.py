@@ -95,16 +95,16 @@ def stand_in() -> Iterator[str]:
 
 
 def test_a_saved_failure_replays(stand_in: str, tmp_path: Path) -> None:
-    from bench.fuzz import replay, save_replay, send_all
+    from bench.fuzz import replay, save_replay
+    from bench.fuzz_client import send_batch
 
     batch = [
         ("/v1/completions", {"model": "tiny", "prompt": "hello", "min_tokens": 4, "stop_token_ids": [5000000]}),
         ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}),
     ]
-    answers = send_all(stand_in, batch, 10)
-    verdicts = [judge(s, t, False) for s, t, _ in answers]
-    assert [v.kind for v in verdicts] == ["5xx", "served"]
-    saved = save_replay(tmp_path, "stock", 3, batch, answers, verdicts, False, "line 1\nline 2\n")
+    sent = send_batch(stand_in, batch, 10)
+    assert [v.kind for v in sent.verdicts] == ["5xx", "served"] and sent.failed
+    saved = save_replay(tmp_path, "stock", 3, sent, False, "line 1\nline 2\n")
     record = json.loads(saved.read_text())
     assert saved.name == "stock-00003.json" and record["log"] == ["line 1", "line 2"]
     assert [r["body"] for r in record["requests"]] == [b for _, b in batch]
