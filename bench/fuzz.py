@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,11 +51,9 @@ from server import Server, ServerError, free_port  # noqa: E402
 from test_serve import copy_env, entry_point, vllm_environ  # noqa: E402
 
 from bench import fuzz_schema  # noqa: E402
-from bench.fuzz_client import Sent, answers_health, send_batch  # noqa: E402
-from bench.fuzz_requests import Model, Verdict, batches  # noqa: E402
+from bench.fuzz_client import SETTLE, TIMEOUT, Sent, model_of, replay, send_batch, still_up  # noqa: E402
+from bench.fuzz_requests import batches  # noqa: E402
 
-TIMEOUT = 120.0  # seconds for one request before it counts as a hang
-SETTLE = 5.0  # seconds a server that answered a 5xx gets to show whether it is going down
 KINDS = ("served", "4xx", "5xx", "stream-error", "unanswered", "hang")
 
 
@@ -82,18 +81,8 @@ HEADER = (
 )
 
 
-def healthy(server: Server) -> bool:
-    return server.proc is not None and server.proc.poll() is None and answers_health(server.url(""))
-
-
-def settled(server: Server) -> bool:
-    """Whether the server is still up once a failure had SETTLE seconds to bring it down."""
-    deadline = time.monotonic() + SETTLE
-    while time.monotonic() < deadline:
-        if not healthy(server):
-            return False
-        time.sleep(0.25)
-    return healthy(server)
+def running(server: Server) -> Callable[[], bool]:
+    return lambda: server.proc is not None and server.proc.poll() is None
 
 
 class Target:
@@ -136,7 +125,7 @@ def run_batches(target: Target, drawn: list[list[tuple[str, dict[str, Any]]]], o
             for verdict in sent.verdicts:
                 tally.kinds[verdict.kind] += 1
             # a failure gets time to bring the server down; otherwise it must answer at once
-            died = not (settled(server) if sent.failed else healthy(server))
+            died = not still_up(server.url(""), running(server), SETTLE if sent.failed else 0.0)
             if died or sent.failed:
                 saved = save_replay(out, target.name, number, sent, died, server.text()[offset:])
                 tally.saved.append(str(saved))
@@ -168,17 +157,6 @@ def save_replay(out: Path, name: str, number: int, sent: Sent, died: bool, log: 
     return path
 
 
-def replay(path: Path, url: str, timeout: float = TIMEOUT) -> list[Verdict]:
-    """Send a replay file's batch again, at once, to ``url``: the verdict of each request. A
-    Schemathesis case (``fuzz_schema``'s file: one request, maybe not even a JSON object) is sent as
-    it was and judged by its status."""
-    record = json.loads(path.read_text())
-    if "requests" not in record:
-        status, text = fuzz_schema.replay(path, url, timeout)
-        return [Verdict("5xx", f"HTTP {status}: {text[:200]}") if status >= 500 else Verdict(f"{status // 100}xx")]
-    return send_batch(url, [(r["endpoint"], r["body"]) for r in record["requests"]], timeout).verdicts
-
-
 def schema_run(target: Target, seed: int, seconds: float, examples: int, out: Path) -> fuzz_schema.SweepResult:
     """Schemathesis against a server started for it, its 5xx cases saved as replay files."""
     server = target.start()
@@ -195,14 +173,6 @@ def schema_run(target: Target, seed: int, seconds: float, examples: int, out: Pa
 def loopback(url: str) -> bool:
     """Whether ``url`` names this machine: the fuzzer sends only to servers on 127.0.0.1."""
     return urllib.parse.urlsplit(url).hostname in ("127.0.0.1", "localhost", "::1")
-
-
-def model_of(model_dir: Path) -> Model:
-    """The served name, the config's vocabulary and the tokenizer's size, read from the files."""
-    from transformers import AutoTokenizer
-
-    config = json.loads((model_dir / "config.json").read_text())
-    return Model(str(model_dir), int(config["vocab_size"]), len(AutoTokenizer.from_pretrained(model_dir)))
 
 
 def targets(env: ServeEnv, model: Path, names: list[str], profile: str, work: Path) -> list[Target]:

@@ -8,12 +8,17 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from bench.fuzz_requests import Verdict, judge
+from bench import fuzz_schema
+from bench.fuzz_requests import Model, Verdict, judge
 
+TIMEOUT = 120.0  # seconds for one request before it counts as a hang
+SETTLE = 5.0  # seconds a server that failed a request gets to show whether it is going down
 Request = tuple[str, dict[str, Any]]  # (endpoint, JSON body)
 Answer = tuple[int | None, str, float]  # (status or None when nothing answered, text, seconds)
 
@@ -66,3 +71,33 @@ def answers_health(url: str) -> bool:
             return answer.status == 200
     except (OSError, TimeoutError):
         return False
+
+
+def still_up(url: str, running: Callable[[], bool], settle: float = 0.0) -> bool:
+    """Whether the server is up: at once, or through ``settle`` seconds (the time a failed request
+    gets to bring its server down)."""
+    deadline = time.monotonic() + settle
+    while running() and answers_health(url):
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.25)
+    return False
+
+
+def model_of(model_dir: Path) -> Model:
+    """The served name, the config's vocabulary and the tokenizer's size, read from the files."""
+    from transformers import AutoTokenizer
+
+    config = json.loads((model_dir / "config.json").read_text())
+    return Model(str(model_dir), int(config["vocab_size"]), len(AutoTokenizer.from_pretrained(model_dir)))
+
+
+def replay(path: Path, url: str, timeout: float = TIMEOUT) -> list[Verdict]:
+    """Send a replay file's batch again, at once, to ``url``: the verdict of each request. A
+    Schemathesis case (``fuzz_schema``'s file: one request, maybe not even a JSON object) is sent as
+    it was and judged by its status."""
+    record = json.loads(path.read_text())
+    if "requests" not in record:
+        status, text = fuzz_schema.replay(path, url, timeout)
+        return [Verdict("5xx", f"HTTP {status}: {text[:200]}") if status >= 500 else Verdict(f"{status // 100}xx")]
+    return send_batch(url, [(r["endpoint"], r["body"]) for r in record["requests"]], timeout).verdicts

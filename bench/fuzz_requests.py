@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-__all__ = ["Model", "Verdict", "batches", "judge", "ENDPOINTS"]
+__all__ = ["Model", "Verdict", "batches", "judge", "listed", "ENDPOINTS", "LISTED"]
 
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
 WORDS = ("the", "cat", "river", "stone", "yes", "no", "model", "server", "answer", "blue", "7", "42")
@@ -205,3 +205,24 @@ def _judge_stream(text: str) -> Verdict:
         if any(c.get("finish_reason") == "error" for c in chunk.get("choices") or []):
             return Verdict("stream-error", "finish_reason error")
     return Verdict("served")
+
+
+# The failures the pack leaves, each listed in the README with its replay files and vLLM issues.
+LISTED = {
+    "grammar-without-token": (
+        "an output constraint (structured_outputs, response_format) whose grammar the request's other "
+        "settings leave no token or whose end they ignore (allowed_token_ids, bad_words, logit_bias, "
+        "stop ids under min_tokens, ignore_eos): the engine samples a token the grammar rejects and "
+        "fails the request; vLLM #53665's wider case, of which upstream's #54218 fixes only min_tokens"
+    ),
+}
+
+
+def listed(body: dict[str, Any]) -> str | None:
+    """The README's listed failure a request can meet (a key of LISTED), or None: a failure of any
+    other request is one the pack must fix or the README must list."""
+    constrained = "structured_outputs" in body or "response_format" in body
+    masked = any(body.get(k) for k in ("allowed_token_ids", "bad_words", "logit_bias", "ignore_eos")) or bool(
+        body.get("min_tokens") and body.get("stop_token_ids")
+    )
+    return "grammar-without-token" if constrained and masked else None

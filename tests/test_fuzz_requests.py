@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fuzz_requests import ENDPOINTS, Model, batches, judge  # noqa: E402
+from bench.fuzz_requests import ENDPOINTS, LISTED, Model, batches, judge, listed  # noqa: E402
 
 MODEL = Model("tiny", vocab=1024, tokenizer=1000)
 
@@ -65,8 +65,24 @@ def test_the_oracle() -> None:
     assert judge(200, said + "data: [DONE]\n\n", True).kind == "4xx"  # a refusal inside the stream
 
 
+def test_a_failure_is_listed_only_for_a_grammar_the_other_settings_can_leave_without_a_token() -> None:
+    choice = {"structured_outputs": {"choice": ["yes", "no"]}}
+    for masked in ({"allowed_token_ids": [1]}, {"bad_words": ["yes"]}, {"logit_bias": {"5": -100.0}},
+                   {"ignore_eos": True}, {"min_tokens": 4, "stop_token_ids": [2]}):  # fmt: skip
+        assert listed({**choice, **masked}) == "grammar-without-token" in LISTED
+        assert listed({"response_format": {"type": "json_object"}, **masked}) == "grammar-without-token"
+        assert listed(masked) is None  # no grammar: a failure is the pack's to fix
+    assert listed(choice) is None and listed({**choice, "min_tokens": 4}) is None
+    assert listed({**choice, "stop_token_ids": [2]}) is None and listed({**choice, "ignore_eos": False}) is None
+
+
 class _StandIn(BaseHTTPRequestHandler):
-    """500 for a body with an out-of-vocabulary stop id, 200 otherwise."""
+    """500 for a body with an out-of-vocabulary stop id, 200 otherwise; /health 200."""
+
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/health" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -95,8 +111,8 @@ def stand_in() -> Iterator[str]:
 
 
 def test_a_saved_failure_replays(stand_in: str, tmp_path: Path) -> None:
-    from bench.fuzz import replay, save_replay
-    from bench.fuzz_client import send_batch
+    from bench.fuzz import save_replay
+    from bench.fuzz_client import replay, send_batch
 
     batch = [
         ("/v1/completions", {"model": "tiny", "prompt": "hello", "min_tokens": 4, "stop_token_ids": [5000000]}),
@@ -112,7 +128,7 @@ def test_a_saved_failure_replays(stand_in: str, tmp_path: Path) -> None:
 
 
 def test_a_schemathesis_case_replays_through_the_same_command(stand_in: str, tmp_path: Path) -> None:
-    from bench.fuzz import replay
+    from bench.fuzz_client import replay
     from bench.fuzz_schema import Case
 
     body = json.dumps({"model": "tiny", "prompt": "x", "min_tokens": 2, "stop_token_ids": [2000]}).encode()
@@ -138,3 +154,11 @@ def test_replay_sends_only_to_this_machine_and_says_why_in_one_line(tmp_path: Pa
     )
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "cannot replay it" in missing.stderr
     assert "Traceback" not in elsewhere.stderr + missing.stderr
+
+
+def test_a_server_is_up_while_it_runs_and_answers_health(stand_in: str) -> None:
+    from bench.fuzz_client import still_up
+
+    assert still_up(stand_in, lambda: True) and still_up(stand_in, lambda: True, settle=0.5)
+    assert not still_up(stand_in, lambda: False)  # its process has ended
+    assert not still_up("http://127.0.0.1:9", lambda: True)  # nothing answers there
