@@ -8,6 +8,7 @@ import re
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from server import Server
 
@@ -21,11 +22,14 @@ CHOICE = {
     "temperature": 0,
     "structured_outputs": {"choice": ["yes", "no"]},
 }
+# JSON bodies that are not objects (Schemathesis's finds, issue 46), and the JSON endpoints they reach
+NOT_OBJECTS: list[Any] = [[None, None], "AAA", 0, False]
+OBJECT_ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize")
 # the engine's line when the grammar rejects the token sampled from an all -inf row
 GRAMMAR = re.compile(r"grammar rejected tokens \[\d+\] for request \S+\. Terminating request\.")
 
 
-def post(server: Server, path: str, payload: dict, timeout: float = 120) -> tuple[int | None, str]:
+def post(server: Server, path: str, payload: Any, timeout: float = 120) -> tuple[int | None, str]:
     """(status, body) of a POST; status None when nothing answers (the server is gone)."""
     request = urllib.request.Request(
         server.url(path), data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
@@ -71,3 +75,15 @@ def choice_answer(server: Server, model: Path) -> tuple[int | None, str]:
     if status != 200:
         return status, body
     return status, json.loads(body)["choices"][0]["text"]
+
+
+def not_object_answers(server: Server) -> dict[str, list[int | None]]:
+    """The status of each body of NOT_OBJECTS on each of OBJECT_ROUTES; each answer that is not a
+    500 must say what the body should be."""
+    out: dict[str, list[int | None]] = {}
+    for route in OBJECT_ROUTES:
+        for body in NOT_OBJECTS:
+            status, text = post(server, route, body)
+            assert status == 500 or "JSON object" in text, (route, body, status, text)
+            out.setdefault(route, []).append(status)
+    return out

@@ -8,6 +8,12 @@ against the pack, each server started with the tiny recipe's own serve arguments
   the server answers 20 more requests.
 - ``min_tokens`` with a choice the grammar can end before it (vLLM #53665): 500 on stock, the engine
   logging ``grammar rejected tokens``; a valid choice with the pack (min-tokens-grammar).
+- A JSON body that is not an object (Schemathesis's find, issue 46) on four JSON endpoints: 500 on
+  stock, each an ``AttributeError`` in a request model's before-validator, the server still up; 400
+  with the pack (request-body-object).
+- The serve tier's short seeded fuzz (short_fuzz.py) on the patched server: every batch answered,
+  the server up, no failure the README does not list (``test_serve.py`` runs the same seed on a
+  stock server, which the stop-id killer ends).
 - The allowed-token mask left behind by ``InputBatch.condense`` (vLLM #43894): the tiny recipe's
   ``allowed-token-ids-leak`` check, run LEAK_RUNS times on each; a race on this server, so the
   stock rate is reported; with the profile for vLLM's own builds (input-batch-condense-mask) it
@@ -22,14 +28,25 @@ reached on a CPU: its attention backend never reorders the batch; its proof show
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from pathlib import Path
 
 import build_env
 from build_env import ServeEnv
-from killers import BAD_ID, GRAMMAR, assert_refused, choice_answer, health, post, stop_id_requests
+from killers import (
+    BAD_ID,
+    GRAMMAR,
+    assert_refused,
+    choice_answer,
+    health,
+    not_object_answers,
+    post,
+    stop_id_requests,
+)
 from server import Server, free_port, logs_on_failure
+from short_fuzz import BATCHES, SEED, short_fuzz
 from test_accept import TINY, one, recipe_argv, run_cli
 from test_serve import (
     CHECK_LINE,
@@ -48,6 +65,7 @@ LEAK = "allowed-token-ids-leak"
 LEAK_RUNS = 10
 MORE = 20  # ordinary requests the patched server answers after the refusals
 EXIT_TIMEOUT = 120.0
+NOT_GET = re.compile(r"AttributeError: '(list|str|int|bool)' object has no attribute 'get'")
 STOCK_LOG = [  # the stock server's own lines, in this order
     "IndexError: index 5000000 is out of bounds for dimension 1 with size 1024",
     '"POST /v1/completions HTTP/1.1" 500',
@@ -76,6 +94,7 @@ def test_stock_server(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
             stock.wait_ready()
             choices = [choice_answer(stock, tiny_model) for _ in range(3)]
             leaks = leak_runs(stock, tiny_model)
+            bodies = not_object_answers(stock)
             assert health(stock) == 200
             sent = time.monotonic()
             killed = post(stock, "/v1/completions", stop_id_requests(tiny_model)["/v1/completions"])
@@ -88,6 +107,8 @@ def test_stock_server(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
         finally:
             stock.stop()
         assert [status for status, _ in choices] == [500, 500, 500], choices
+        assert all(status == 500 for statuses in bodies.values() for status in statuses), bodies
+        assert len(NOT_GET.findall(stock.text())) == sum(map(len, bodies.values())), "not the validators' 500s"
         log = stock.text()
         assert len(GRAMMAR.findall(log)) == 3, "the engine did not log the grammar's rejection three times"
         assert killed[0] == 500, killed
@@ -101,7 +122,8 @@ def test_stock_server(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
         assert_no_fixpack(stock)
     print(
         f"serve: stock: ready in {stock.ready_s:.1f} s; min_tokens + choice: {[s for s, _ in choices]}; "
-        f"{LEAK}: failed {leaks.count(False)}/{LEAK_RUNS}; stop id {BAD_ID} with min_tokens: HTTP {killed[0]}, "
+        f"{LEAK}: failed {leaks.count(False)}/{LEAK_RUNS}; bodies not objects: {bodies}; "
+        f"stop id {BAD_ID} with min_tokens: HTTP {killed[0]}, "
         f"every process ended by itself (exit {code}); test {time.monotonic() - start:.1f} s"
     )
 
@@ -126,6 +148,8 @@ def test_vllm_profile_in_place(serve_env: ServeEnv, tiny_model: Path, tmp_path: 
         healthy = health(fixed)
         choices = [choice_answer(fixed, tiny_model) for _ in range(3)]
         leaks = leak_runs(fixed, tiny_model)
+        bodies = not_object_answers(fixed)
+        fuzzed = short_fuzz(fixed, tiny_model)
         accepted = run_cli(fixed.url(""), tiny_model, "--junit", str(junit))
     digest = fix_set(copy.python, copy.site)
     assert_checked_everywhere(fixed, tree, digest, "in-place", workers=1, profile=PROFILE)
@@ -136,6 +160,9 @@ def test_vllm_profile_in_place(serve_env: ServeEnv, tiny_model: Path, tmp_path: 
     assert all(text in ("yes", "no") for _, text in choices), choices
     assert not GRAMMAR.search(fixed.text())
     assert leaks == [True] * LEAK_RUNS, f"{LEAK} failed {leaks.count(False)}/{LEAK_RUNS} with the pack"
+    assert all(status == 400 for statuses in bodies.values() for status in statuses), bodies
+    assert fuzzed.died_at is None and len(fuzzed.sent) == BATCHES, "the patched server went down"
+    assert not fuzzed.unlisted(), fuzzed.unlisted()
     ids = set(load_recipe(TINY, build_env.REPO).verify.by_id())
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
     assert all(f"{i} " in accepted.stdout for i in ids)
@@ -143,7 +170,9 @@ def test_vllm_profile_in_place(serve_env: ServeEnv, tiny_model: Path, tmp_path: 
     print(
         f"serve: {PROFILE} in place: ready in {fixed.ready_s:.1f} s; stop id {BAD_ID}: "
         f"{ {p: s for p, (s, _) in refused.items()} }; {MORE} more answered; min_tokens + choice: "
-        f"{[t for _, t in choices]}; {LEAK}: failed 0/{LEAK_RUNS}; recipe accept: {len(ids)} checks held; "
+        f"{[t for _, t in choices]}; {LEAK}: failed 0/{LEAK_RUNS}; bodies not objects: 400; short fuzz "
+        f"(seed {SEED}): {len(fuzzed.sent)} batches, {len(fuzzed.failures())} listed failures; "
+        f"recipe accept: {len(ids)} checks held; "
         f"test {time.monotonic() - start:.1f} s"
     )
 
