@@ -382,4 +382,3 @@ def recipe_for(cookbook: Path, opt_ins: list[str]) -> str | None:
         if fixes.get("profile") == PROFILE and set(fixes.get("opt_ins", [])) == set(opt_ins):
             return data["meta"]["slug"]
     return None
-

@@ -119,8 +119,13 @@ def compile_nodes(path: Path | str, nodes: list[ast.stmt]) -> types.CodeType:
     """
     # Annotations stay unevaluated (as under ``from __future__ import annotations``): they name
     # types from modules a proof cannot import, and a proof runs the code, not its signatures.
-    return compile(ast.Module(body=nodes, type_ignores=[]), str(path), "exec",
-                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    return compile(
+        ast.Module(body=nodes, type_ignores=[]),
+        str(path),
+        "exec",
+        flags=__future__.annotations.compiler_flag,
+        dont_inherit=True,
+    )
 
 
 def load_function(path: Path | str, qualname: str, namespace: dict[str, Any] | None = None) -> Any:

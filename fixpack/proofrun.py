@@ -43,8 +43,9 @@ def threads_per_proof(jobs: int) -> int:
     return max(1, cores // max(1, jobs))
 
 
-def proof_request(proof_file: Path, trees: Trees, threads: int | None = None,
-                  coverage: str | None = None) -> dict[str, Any]:
+def proof_request(
+    proof_file: Path, trees: Trees, threads: int | None = None, coverage: str | None = None
+) -> dict[str, Any]:
     """Where a proof runs: its folder, and the proof's own cookbook first on the path (for its
     fixes/_support helpers), then the fixpack it runs with."""
     repo_root = Path(__file__).resolve().parent.parent
@@ -71,8 +72,9 @@ def start_server() -> None:
         shared()
 
 
-def run_proof(proof_file: Path, trees: Trees, timeout: float = 600.0, threads: int | None = None,
-              coverage: str | None = None) -> ProofRun:
+def run_proof(
+    proof_file: Path, trees: Trees, timeout: float = 600.0, threads: int | None = None, coverage: str | None = None
+) -> ProofRun:
     """Run a proof in a process of its own (with ``threads`` torch threads: default, torch's own
     choice; under coverage.py given ``coverage``, a configuration file, see ``proofkit``); never raises for the proof's
     own failures."""
@@ -99,8 +101,6 @@ def _run_fresh(request: dict[str, Any], timeout: float) -> ProofRun:
         return ProofRun(ERROR, f"proof timed out after {timeout:.0f} s")
     code = done.returncode if done.returncode in (PASSED, BUG_PRESENT) else ERROR
     return ProofRun(code, (done.stdout + done.stderr).strip())
-
-
 
 
 class ProofServer:

@@ -151,16 +151,16 @@ def test_append_to_a_block_and_a_body_lands_after_what_upstream_added_there():
     newer = ENVS.replace("    B: int = 2\n", "    B: int = 2\n    Z: bool = False\n")
     assert "    Z: bool = False\n    C: int = 3\n" in run(*edits, source=newer)
     with pytest.raises(CstFailed, match="not a compound statement"):
-        run(append_to("", "x = 1", block="order = [\"a\", \"b\"]"), source=ENVS)
+        run(append_to("", "x = 1", block='order = ["a", "b"]'), source=ENVS)
 
 
 def test_add_entries_to_a_dict_and_lists_keeping_comments_and_layout():
-    entries = '''
+    entries = """
 
         # third, off by default
         "C":
         lambda: int(os.environ.get("C", "3")),
-        '''
+        """
     out = run(add_entries("table", entries), add_entries("order", '"c"'), add_entries("K.names", '"y",'), source=ENVS)
     assert (
         '    lambda: int(os.environ.get("B", "2")),\n\n    # third, off by default\n    "C":\n'

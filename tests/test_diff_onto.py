@@ -22,8 +22,12 @@ def _am(tree: Path, mbox: str, tmp_path: Path) -> subprocess.CompletedProcess[st
     work = tmp_path / "am"
     subprocess.run(["git", "clone", "-q", str(tree), str(work)], check=True)
     (tmp_path / "series.mbox").write_text(mbox)
-    return subprocess.run(["git", "-C", str(work), "am", str(tmp_path / "series.mbox")], capture_output=True,
-                          text=True, env={**os.environ, **GIT_ENV})
+    return subprocess.run(
+        ["git", "-C", str(work), "am", str(tmp_path / "series.mbox")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV},
+    )
 
 
 def test_diff_onto_exports_what_ports_and_names_what_does_not(cli, cookbook, tmp_path):
@@ -33,8 +37,10 @@ def test_diff_onto_exports_what_ports_and_names_what_does_not(cli, cookbook, tmp
     cookbook.fix("batch-fix", {"vllm_gaudi/batch.py": (BATCH, BATCH.replace("def swap", "def swap_rows"))})
     cookbook.profile(["runner-fix", "f7-fix", "late-fix", "batch-fix"])
     cookbook.lock()
-    tree = _git_tree(tmp_path / "new", {"vllm_gaudi/__init__.py": "", "vllm_gaudi/runner.py": NEW_RUNNER,
-                                        "vllm_gaudi/batch.py": BATCH})
+    tree = _git_tree(
+        tmp_path / "new",
+        {"vllm_gaudi/__init__.py": "", "vllm_gaudi/runner.py": NEW_RUNNER, "vllm_gaudi/batch.py": BATCH},
+    )
     r = cli("diff", "--profile", "v0.26.0", "--format", "mbox", "--author", AUTHOR, "--onto", f"vllm-gaudi={tree}")
     assert r.exit_code == 0, r.output
     assert "[PATCH 1/3]" in r.stdout and "f7-fix" not in r.stdout.split("Fixpack-Fix")[0]
@@ -67,8 +73,9 @@ def test_the_real_pack_onto_main_is_a_series_git_am_takes(cli, tmp_path):
     if subprocess.run(["git", "-C", str(main), "checkout", "-q", MAIN], capture_output=True).returncode:
         pytest.skip(f"the clone at {CLONE} lacks main's {MAIN[:8]}")
     opt_ins = ["gdn-prefix-cache", "fp8-moe-gather"]
-    r = cli("diff", "--profile", "v0.26.0", *opt_ins, "--format", "mbox", "--author", AUTHOR,
-            "--onto", f"vllm-gaudi={main}")
+    r = cli(
+        "diff", "--profile", "v0.26.0", *opt_ins, "--format", "mbox", "--author", AUTHOR, "--onto", f"vllm-gaudi={main}"
+    )
     assert r.exit_code == 0, r.output
     # every vllm-gaudi fix ports onto main but hybrid-prefill-batch, the backport of main's c8d89091
     left_out = [line for line in r.stderr.splitlines() if "not exported" in line]
@@ -76,6 +83,10 @@ def test_the_real_pack_onto_main_is_a_series_git_am_takes(cli, tmp_path):
     done = _am(main, r.stdout, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     count = r.stdout.count("\nSubject: [PATCH ")
-    log = subprocess.run(["git", "-C", str(tmp_path / "am"), "rev-list", "--count", f"{MAIN}..HEAD"],
-                         capture_output=True, text=True, check=True)
+    log = subprocess.run(
+        ["git", "-C", str(tmp_path / "am"), "rev-list", "--count", f"{MAIN}..HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert int(log.stdout) == count > 10

@@ -221,4 +221,3 @@ def test_waiting_for_the_lock_is_said_once(cookbook, site):
     if os.path.exists("/proc/locks"):  # where Linux says who holds it
         assert f"(pid {os.getpid()})" in waiting[0]
     assert f"holding the lock on {site.path}, up to 2 s" in waiting[0]
-

@@ -182,8 +182,17 @@ def test_port_named_fixes_need_only_their_trees(cli, pack, tmp_path):
         ("runner-late", "offset"),
     ]
     # A fix of a tree not given is skipped, and listed, rather than failing the whole port.
-    r = cli("port", "sampler-fix", "runner-fix", "--from", "v0.26.0", "--source", f"vllm-gaudi={new['vllm-gaudi']}",
-            "--json", "--no-proofs")
+    r = cli(
+        "port",
+        "sampler-fix",
+        "runner-fix",
+        "--from",
+        "v0.26.0",
+        "--source",
+        f"vllm-gaudi={new['vllm-gaudi']}",
+        "--json",
+        "--no-proofs",
+    )
     out = json.loads(r.stdout)
     assert r.exit_code == 0, r.output
     assert out["skipped"] == [{"id": "sampler-fix", "reason": "no --source vllm=DIR: it changes vllm's files"}]

@@ -20,9 +20,19 @@ NEW_RUNNER = "def g0():\n    return 0\n\n\n" + RUNNER
 
 
 def _git(repo: Path, *args: str) -> str:
-    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
-                         env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                              "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+            "PATH": "/usr/bin:/bin",
+        },
+    )
     return out.stdout.strip()
 
 
@@ -55,8 +65,18 @@ def test_a_superseded_fix_is_ported_in_its_own_order_and_lock_agrees(cli, cookbo
     cookbook.lock()
     files = {"vllm_gaudi/__init__.py": "", "vllm_gaudi/runner.py": NEW_RUNNER}
     new = write_tree(tmp_path / "new", {"vllm-gaudi": files})
-    r = cli("port", "--profile", "v0.26.0", "--from", "v0.26.0", *port_args(new), "--write", "v0.27.0", "--json",
-            "--no-proofs")
+    r = cli(
+        "port",
+        "--profile",
+        "v0.26.0",
+        "--from",
+        "v0.26.0",
+        *port_args(new),
+        "--write",
+        "v0.27.0",
+        "--json",
+        "--no-proofs",
+    )
     assert r.exit_code == 0, r.output
     assert {c["fix"]: c["outcome"] for c in json.loads(r.stdout)["changes"]} == {"guard": "offset", "replace": "offset"}
     assert "TODO" in (cookbook.root / "profiles" / "v0.27.0.toml").read_text()  # a draft: lock takes it
@@ -70,15 +90,17 @@ def test_a_fix_s_own_port_of_the_target_is_used_and_the_target_is_named(cli, coo
     # The target renamed f3, so the v0.26.0 change conflicts; the fix carries a port by hand.
     renamed = NEW_RUNNER.replace("def f3():", "def f3_new():")
     fix_dir = cookbook.root / "fixes" / "moved"
-    (fix_dir / "v0.27.0.patch").write_text(render("vllm_gaudi/runner.py", renamed.encode(),
-                                                  renamed.replace("    return 3\n", "    return 300\n").encode()))
+    (fix_dir / "v0.27.0.patch").write_text(
+        render("vllm_gaudi/runner.py", renamed.encode(), renamed.replace("    return 3\n", "    return 300\n").encode())
+    )
     with open(fix_dir / "fix.toml", "a") as fh:
         fh.write('\n[release."v0.27.0"]\npatch = "v0.27.0.patch"\n')
     cookbook.profile(["moved"])
     cookbook.lock()
     tree = _git_tree(tmp_path / "new", {"vllm_gaudi/__init__.py": "", "vllm_gaudi/runner.py": renamed}, tag="v0.27.0")
-    r = cli("port", "--profile", "v0.26.0", "--from", "v0.26.0", "--source", f"vllm-gaudi={tree}", "--json",
-            "--no-proofs")
+    r = cli(
+        "port", "--profile", "v0.26.0", "--from", "v0.26.0", "--source", f"vllm-gaudi={tree}", "--json", "--no-proofs"
+    )
     out = json.loads(r.stdout)
     assert out["to"] == "v0.27.0"  # named without --write: the tree's tag
     assert [(c["fix"], c["outcome"]) for c in out["changes"]] == [("moved", "hand")]
@@ -126,8 +148,11 @@ def test_a_proof_that_cannot_import_is_cannot_run_not_failed(cli, cookbook, tmp_
 def _merge_pack(cookbook, tmp_path, new_runner: str) -> Path:
     """A fix of f3 on v0.26.0, pinned to the tree's first commit; the tree's HEAD has ``new_runner``."""
     cookbook.fix("f", {"vllm_gaudi/runner.py": (RUNNER, REPLACED)})
-    tree = _git_tree(tmp_path / "new", {"vllm_gaudi/__init__.py": "", "vllm_gaudi/runner.py": RUNNER},
-                     {"vllm_gaudi/runner.py": new_runner})
+    tree = _git_tree(
+        tmp_path / "new",
+        {"vllm_gaudi/__init__.py": "", "vllm_gaudi/runner.py": RUNNER},
+        {"vllm_gaudi/runner.py": new_runner},
+    )
     old = _git(tree, "rev-parse", "HEAD~1")
     cookbook.profile(["f"], commits={"vllm-gaudi": [old], "vllm": ["568afb3a"]})
     cookbook.lock()
@@ -138,8 +163,18 @@ def test_a_change_whose_context_moved_is_merged_three_way(cli, cookbook, tmp_pat
     # Upstream edited the line right after the fix's: a fuzz-0 diff fails, git merge-file does not.
     new_runner = RUNNER.replace("def f4():\n", "def f4(x=None):\n")
     tree = _merge_pack(cookbook, tmp_path, new_runner)
-    r = cli("port", "f", "--from", "v0.26.0", "--source", f"vllm-gaudi={tree}", "--json", "--no-proofs",
-            "--write", "v0.27.0")
+    r = cli(
+        "port",
+        "f",
+        "--from",
+        "v0.26.0",
+        "--source",
+        f"vllm-gaudi={tree}",
+        "--json",
+        "--no-proofs",
+        "--write",
+        "v0.27.0",
+    )
     assert r.exit_code == 0, r.output
     (change,) = json.loads(r.stdout)["changes"]
     assert change["outcome"] == "merged" and "git merge-file" in change["detail"]
@@ -161,8 +196,11 @@ def test_a_merge_left_with_conflicts_is_written_with_the_command_that_records_it
     # Still marked: refused. Resolved: recorded as merged, and the release written.
     r = cli("port", "f", *args, "--resolved", f"vllm_gaudi/runner.py={left}")
     assert json.loads(r.stdout)["changes"][0]["outcome"] == "conflict"
-    left.write_text(text.replace("<<<<<<< the new tree\n    return 3 + 0\n=======\n    return 300\n>>>>>>> f\n",
-                                 "    return 300 + 0\n"))
+    left.write_text(
+        text.replace(
+            "<<<<<<< the new tree\n    return 3 + 0\n=======\n    return 300\n>>>>>>> f\n", "    return 300 + 0\n"
+        )
+    )
     r = cli("port", "f", *args, "--resolved", f"vllm_gaudi/runner.py={left}")
     assert json.loads(r.stdout)["changes"][0]["outcome"] == "merged"
     assert "+    return 300 + 0\n" in (cookbook.root / "fixes" / "f" / "v0.27.0.patch").read_text()
@@ -197,8 +235,12 @@ def test_a_draft_profile_is_refused_until_its_pins_are_real_and_never_a_default(
         fh.write('\n[release."main-091bbadd"]\npatch = "main-091bbadd.patch"\n')
     (cookbook.root / "profiles" / "main-091bbadd.toml").write_text(DRAFT)
     site_args = ["--site", str(site.path)]
-    for args in (["apply", "--profile", "main-091bbadd", *site_args], ["diff", "--profile", "main-091bbadd"],
-                 ["status", "--profile", "main-091bbadd", *site_args], ["verify", "--profile", "main-091bbadd"]):
+    for args in (
+        ["apply", "--profile", "main-091bbadd", *site_args],
+        ["diff", "--profile", "main-091bbadd"],
+        ["status", "--profile", "main-091bbadd", *site_args],
+        ["verify", "--profile", "main-091bbadd"],
+    ):
         r = cli(*args)
         assert r.exit_code == 2, (args, r.output)
         assert "is a draft (pin vllm-gaudi: version TODO and commits TODO)" in r.stderr

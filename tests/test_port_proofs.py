@@ -139,8 +139,9 @@ def test_port_without_a_tree_a_proof_that_needs_it_cannot_run(cli, cookbook, tmp
     cookbook.profile(["doubling", "runner-fix", "swap-count", "needs-vllm"])
     cookbook.lock()
     new = write_tree(tmp_path / "new", NEW_TREE)
-    r = cli("port", "runner-fix", "needs-vllm", "--from", "v0.26.0", "--source", f"vllm-gaudi={new['vllm-gaudi']}",
-            "--json")
+    r = cli(
+        "port", "runner-fix", "needs-vllm", "--from", "v0.26.0", "--source", f"vllm-gaudi={new['vllm-gaudi']}", "--json"
+    )
     fixes = {f["id"]: f["proof"] for f in json.loads(r.stdout)["fixes"]}
     assert (fixes["runner-fix"]["pristine"], fixes["runner-fix"]["ported"]) == ("bug-present", "passes")
     assert (fixes["needs-vllm"]["pristine"], fixes["needs-vllm"]["ported"]) == ("cannot-run", "cannot-run")

@@ -47,8 +47,7 @@ def book(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_pack_ports_without_conflict_and_lock_agrees(cli, book, tmp_path, target):
     tree = _checkout(tmp_path, TARGETS[target])
     sources = ["--source", f"vllm-gaudi={tree}", "--source", f"vllm={SRC_VLLM}"]
-    r = cli("port", "--profile", "v0.26.0", "--from", "v0.26.0", *sources, "--no-proofs", "--json",
-            "--write", target)
+    r = cli("port", "--profile", "v0.26.0", "--from", "v0.26.0", *sources, "--no-proofs", "--json", "--write", target)
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["to"] == target and out["counts"]["conflict"] == 0, out["counts"]

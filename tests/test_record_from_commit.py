@@ -46,8 +46,16 @@ def upstream_commit(tmp_path, cookbook):
 
 def test_a_fix_from_an_upstream_commit(cli, cookbook, upstream_commit):
     repo, fixed = upstream_commit
-    r = cli("record", "f5-backport", "--from-commit", str(repo), "HEAD", "--source",
-            f"vllm-gaudi={cookbook.sources['vllm-gaudi']}", "--json")
+    r = cli(
+        "record",
+        "f5-backport",
+        "--from-commit",
+        str(repo),
+        "HEAD",
+        "--source",
+        f"vllm-gaudi={cookbook.sources['vllm-gaudi']}",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert [f[0] for f in out["files"]] == ["vllm_gaudi/runner.py"]  # the test and the docs are left out
@@ -97,9 +105,17 @@ def test_from_pr_1731_on_the_real_clone(tmp_path):
     if not gaudi:
         pytest.skip("FIXPACK_SRC_VLLM_GAUDI is unset: the commit is ported to vllm-gaudi v0.26.0's tree")
     first = "65e753940517cd192cb139b1f4d5db12188663f8"  # PR #1731's first commit
-    clone = next((c for c in (str(MIRROR), gaudi)
-                  if subprocess.run(["git", "-C", c, "cat-file", "-e", f"{first}^{{commit}}"],
-                                    capture_output=True, check=False).returncode == 0), None)
+    clone = next(
+        (
+            c
+            for c in (str(MIRROR), gaudi)
+            if subprocess.run(
+                ["git", "-C", c, "cat-file", "-e", f"{first}^{{commit}}"], capture_output=True, check=False
+            ).returncode
+            == 0
+        ),
+        None,
+    )
     if clone is None:
         pytest.skip(f"no vllm-gaudi clone with PR #1731's commits: neither {MIRROR} nor FIXPACK_SRC_VLLM_GAUDI")
     book = tmp_path / "cookbook"  # a copy: record writes into the cookbook
@@ -108,8 +124,19 @@ def test_from_pr_1731_on_the_real_clone(tmp_path):
     # made again from upstream, the backport would replace fp8-moe-gather: the pack without it
     prof = book / "profiles/v0.26.0.toml"
     prof.write_text(prof.read_text().replace('    "fp8-moe-gather",\n', "").replace(', "fp8-moe-gather"', ""))
-    r = run_cli("record", "moe-gather-1731", "--profile", "v0.26.0", "--from-commit", clone, first,
-                "--source", f"vllm-gaudi={gaudi}", "--json", env={"FIXPACK_COOKBOOK": str(book)})
+    r = run_cli(
+        "record",
+        "moe-gather-1731",
+        "--profile",
+        "v0.26.0",
+        "--from-commit",
+        clone,
+        first,
+        "--source",
+        f"vllm-gaudi={gaudi}",
+        "--json",
+        env={"FIXPACK_COOKBOOK": str(book)},
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert sorted(f[0] for f in out["files"]) == ["vllm_gaudi/ops/hpu_fp8.py", "vllm_gaudi/ops/hpu_moe_combine.py"]

@@ -24,8 +24,13 @@ MAIN = "091bbadda10bee4fd3f6d0efc1844d2610dd2707"
 def _history() -> str | None:
     """A vllm-gaudi clone with the tags and main: the mirror, else FIXPACK_SRC_VLLM_GAUDI's own."""
     for src in (str(MIRROR), os.environ.get("FIXPACK_SRC_VLLM_GAUDI", "")):
-        if src and subprocess.run(["git", "-C", src, "cat-file", "-e", f"{MAIN}^{{commit}}"],
-                                  capture_output=True, check=False).returncode == 0:
+        if (
+            src
+            and subprocess.run(
+                ["git", "-C", src, "cat-file", "-e", f"{MAIN}^{{commit}}"], capture_output=True, check=False
+            ).returncode
+            == 0
+        ):
             return src
     return None
 
@@ -45,15 +50,27 @@ def clone(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("ref", ["v0.26.0", "v0.27.0rc0", MAIN])
 def test_upstream_on_the_real_history(clone, ref):
     subprocess.run(["git", "-C", str(clone), "-c", "advice.detachedHead=false", "checkout", "-q", ref], check=True)
-    r = run_cli("upstream", "--profile", "v0.26.0", "--json", "--jobs", "2",
-                "--source", f"vllm-gaudi={clone}", "--source", f"vllm={os.environ['FIXPACK_SRC_VLLM']}", timeout=300)
+    r = run_cli(
+        "upstream",
+        "--profile",
+        "v0.26.0",
+        "--json",
+        "--jobs",
+        "2",
+        "--source",
+        f"vllm-gaudi={clone}",
+        "--source",
+        f"vllm={os.environ['FIXPACK_SRC_VLLM']}",
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     profile = Catalog.load().profile("v0.26.0")
     assert [f["id"] for f in out["fixes"]] == list(profile.pack)
     gaudi = {t["dist"]: t for t in out["trees"]}["vllm-gaudi"]
-    assert gaudi["base"] == ("b059f9c95d6a07f19eb00aa06d1ec8b87b296437" if ref == "v0.26.0"
-                             else "b8b78dabbae6bc0641dbebfe5b2c747b98a52c0e")  # where main left the release
+    assert gaudi["base"] == (
+        "b059f9c95d6a07f19eb00aa06d1ec8b87b296437" if ref == "v0.26.0" else "b8b78dabbae6bc0641dbebfe5b2c747b98a52c0e"
+    )  # where main left the release
     # Every proof runs on each tree with vLLM 0.26.0 and shows its bug, but hybrid-prefill-batch's on
     # main: it is the backport of c8d89091 (#1725), which main has and no release does.
     standing = {f["id"]: (f["standing"], f["proof"], f["commit"]) for f in out["fixes"]}
@@ -67,15 +84,29 @@ def test_upstream_finds_the_commit_that_fixed_a_regression_first(clone):
     """structured-output-rows is a regression: fixed on v0.21.0 by 1e9ce8b6 (#1466), lost from
     v0.24.0rc0 on (its fix.toml says so). On v0.21.0 its proof passes, and bisection finds that
     commit; prompt-order's proof cannot run on that older runner, and says why."""
-    subprocess.run(["git", "-C", str(clone), "-c", "advice.detachedHead=false", "checkout", "-q", "v0.21.0"],
-                   check=True)
-    r = run_cli("upstream", "structured-output-rows", "prompt-order", "--profile", "v0.26.0", "--json",
-                "--jobs", "2", "--source", f"vllm-gaudi={clone}", "--source", f"vllm={os.environ['FIXPACK_SRC_VLLM']}")
+    subprocess.run(
+        ["git", "-C", str(clone), "-c", "advice.detachedHead=false", "checkout", "-q", "v0.21.0"], check=True
+    )
+    r = run_cli(
+        "upstream",
+        "structured-output-rows",
+        "prompt-order",
+        "--profile",
+        "v0.26.0",
+        "--json",
+        "--jobs",
+        "2",
+        "--source",
+        f"vllm-gaudi={clone}",
+        "--source",
+        f"vllm={os.environ['FIXPACK_SRC_VLLM']}",
+    )
     assert r.returncode == 0, r.stderr
     rows, order = json.loads(r.stdout)["fixes"]
     assert (rows["standing"], rows["commit"]) == ("fixed-upstream", "1e9ce8b6385d7dfc83b7b47cf4c7375b971d8d27")
     assert (order["standing"], order["proof"]) == ("cannot-tell", "error")
     assert "MultiGroupBlockTable.__init__() missing 1 required positional argument" in order["detail"]
+
 
 def test_the_packs_recorded_upstream_fields_agree_with_the_pinned_clone():
     """What verify checks of [upstream] on the real pack: regressed-in (structured-output-rows'

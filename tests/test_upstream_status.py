@@ -50,15 +50,21 @@ def history(tmp_path, cookbook):
     c = {"release": commit(repo, PRISTINE["vllm-gaudi"], "Release")}
     git(repo, "tag", "v0.26.0")
     f9 = RUNNER.replace("return 9\n", "return 99\n")
-    cookbook.fix("doubling", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x\n", "return x * 2\n"))},
-                 proof=DOUBLING_PROOF)
-    cookbook.fix("runner-f5", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 5\n", "return 55\n"))},
-                 proof=F5_PROOF)
+    cookbook.fix(
+        "doubling",
+        {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x\n", "return x * 2\n"))},
+        proof=DOUBLING_PROOF,
+    )
+    cookbook.fix(
+        "runner-f5", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 5\n", "return 55\n"))}, proof=F5_PROOF
+    )
     cookbook.fix("runner-f9", {"vllm_gaudi/runner.py": (RUNNER, f9)}, proof=F9_PROOF)
-    cookbook.fix("runner-f20", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 20\n", "return 2020\n"))},
-                 proof=F20_PROOF)
-    cookbook.fix("swap-count", {"vllm_gaudi/batch.py": (BATCH, BATCH + "        self.swaps += 1\n")},
-                 proof=SWAP_PROOF)
+    cookbook.fix(
+        "runner-f20",
+        {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 20\n", "return 2020\n"))},
+        proof=F20_PROOF,
+    )
+    cookbook.fix("swap-count", {"vllm_gaudi/batch.py": (BATCH, BATCH + "        self.swaps += 1\n")}, proof=SWAP_PROOF)
     set_pin(cookbook, c["release"])
     cookbook.lock()
     top = "".join(f"def g{i}():\n    return {i}\n\n\n" for i in range(5))
@@ -69,8 +75,9 @@ def history(tmp_path, cookbook):
     # f5 fixed in another way than runner-f5 does it
     c["f5"] = commit(repo, {"vllm_gaudi/runner.py": top + f9.replace("return 5\n", "return 50 + 5\n")}, "Fix f5")
     c["renamed"] = commit(repo, {"vllm_gaudi/batch.py": BATCH.replace("def swap", "def exchange")}, "Rename swap")
-    c["later"] = commit(repo, {"vllm_gaudi/runner.py": (repo / "vllm_gaudi/runner.py").read_text() + "X = 1\n"},
-                        "Later")
+    c["later"] = commit(
+        repo, {"vllm_gaudi/runner.py": (repo / "vllm_gaudi/runner.py").read_text() + "X = 1\n"}, "Later"
+    )
     return repo, c
 
 
@@ -92,8 +99,10 @@ def test_each_standing_on_a_clone(cli, cookbook, history):
         "swap-count": ("cannot-tell", None),
     }
     assert "sample(2) returned 2" in got["doubling"]["detail"]
-    assert f"it first passes at {c['f5'][:12]} Fix f5 (bisected over the main line's commits that change its files" \
+    assert (
+        f"it first passes at {c['f5'][:12]} Fix f5 (bisected over the main line's commits that change its files"
         in got["runner-f5"]["detail"]
+    )
     assert "its proof passes there" in got["runner-f9"]["detail"]
     assert "'swap' not found" in got["swap-count"]["detail"]  # the error that kept it from running
     assert got["swap-count"]["proof"] == "error"
@@ -178,17 +187,24 @@ def pinned_clone(tmp_path, cookbook):
     repo = tmp_path / "pinned-gaudi"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
-    old = commit(repo, {**PRISTINE["vllm-gaudi"], "vllm_gaudi/runner.py": RUNNER.replace("return 9\n", "return 99\n")},
-                 "Return 99 from f9")
+    old = commit(
+        repo,
+        {**PRISTINE["vllm-gaudi"], "vllm_gaudi/runner.py": RUNNER.replace("return 9\n", "return 99\n")},
+        "Return 99 from f9",
+    )
     git(repo, "tag", "v0.24.0")
     release = commit(repo, PRISTINE["vllm-gaudi"], "Release (f9 lost)")
     later = commit(repo, {"README.md": "later\n"}, "Later")
     git(repo, "tag", "v0.27.0")
     git(repo, "-c", "advice.detachedHead=false", "checkout", "-q", release)
-    cookbook.fix("runner-f9", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 9\n", "return 99\n"))},
-                 proof=F9_PROOF)
-    cookbook.fix("runner-f20", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 20\n", "return 2020\n"))},
-                 proof=F20_PROOF)
+    cookbook.fix(
+        "runner-f9", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 9\n", "return 99\n"))}, proof=F9_PROOF
+    )
+    cookbook.fix(
+        "runner-f20",
+        {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 20\n", "return 2020\n"))},
+        proof=F20_PROOF,
+    )
     cookbook.profile(["runner-f9", "runner-f20"], commits={"vllm-gaudi": [release], "vllm": [VLLM_COMMIT]})
     cookbook.sources = {**cookbook.sources, "vllm-gaudi": repo}
     cookbook.lock()
@@ -227,4 +243,3 @@ def test_verify_fails_on_recorded_fields_the_history_contradicts(cli, cookbook, 
     assert not out["ok"]
     assert any(said.format(**names) in f for f in out["runner-f9"]), out["runner-f9"]
     assert "runner-f20" not in out or out["runner-f20"] == []
-

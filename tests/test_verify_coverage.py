@@ -46,16 +46,17 @@ def test_unrun_added_lines_fail_verify_by_id(cli, cookbook, tmp_path):
     assert result["coverage"] == {
         "covered": 3,
         "total": 5,
-        "unrun": [{"id": "h1:+3", "where": "vllm_gaudi/runner.py:23"},
-                  {"id": "h1:+4", "where": "vllm_gaudi/runner.py:24"}],
+        "unrun": [
+            {"id": "h1:+3", "where": "vllm_gaudi/runner.py:23"},
+            {"id": "h1:+4", "where": "vllm_gaudi/runner.py:24"},
+        ],
         "excluded": [],
     }
     assert result["failures"] == [
         "coverage: added line h1:+3 (vllm_gaudi/runner.py:23) is not run by the proof",
         "coverage: added line h1:+4 (vllm_gaudi/runner.py:24) is not run by the proof",
     ]
-    assert 'message="coverage: added line h1:+3 (vllm_gaudi/runner.py:23) is not run by the proof"' \
-        in junit.read_text()
+    assert 'message="coverage: added line h1:+3 (vllm_gaudi/runner.py:23) is not run by the proof"' in junit.read_text()
 
     human = cli("verify", "--coverage", *sources_args(cookbook))
     assert human.exit_code == 1
@@ -74,8 +75,10 @@ def test_declared_unreachable_lines_pass_and_are_shown(cli, cookbook):
     assert r.exit_code == 0, r.output
     coverage = json.loads(r.stdout)["results"][0]["coverage"]
     assert coverage["covered"] == 3 and coverage["unrun"] == []
-    assert coverage["excluded"] == [{"id": "h1:+3", "where": "vllm_gaudi/runner.py:23", "why": why},
-                                    {"id": "h1:+4", "where": "vllm_gaudi/runner.py:24", "why": why}]
+    assert coverage["excluded"] == [
+        {"id": "h1:+3", "where": "vllm_gaudi/runner.py:23", "why": why},
+        {"id": "h1:+4", "where": "vllm_gaudi/runner.py:24", "why": why},
+    ]
     assert coverage["unmatched_unreachable"] == ["h1:+5"]
     human = cli("verify", "--coverage", *sources_args(cookbook))
     assert human.exit_code == 0

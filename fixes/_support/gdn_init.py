@@ -33,20 +33,25 @@ def _init_statements(path: Path) -> tuple[ast.If, list[ast.stmt]]:
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
     init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
     gdn_block = [
-        n for n in init.body
-        if isinstance(n, ast.If) and "num_mamba_like_layers" in ast.unparse(n.test)
+        n
+        for n in init.body
+        if isinstance(n, ast.If)
+        and "num_mamba_like_layers" in ast.unparse(n.test)
         and any("self.num_gdn" in ast.unparse(s) for s in n.body)
     ]
     compact = [
-        i for i, n in enumerate(init.body)
+        i
+        for i, n in enumerate(init.body)
         if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "self._compact_gdn_enabled"
     ]
     if len(gdn_block) != 1 or len(compact) != 1:
-        raise LookupError(f"{path}: HPUModelRunner.__init__'s GDN set-up not found "
-                          f"({len(gdn_block)} GDN blocks, {len(compact)} _compact_gdn_enabled)")
+        raise LookupError(
+            f"{path}: HPUModelRunner.__init__'s GDN set-up not found "
+            f"({len(gdn_block)} GDN blocks, {len(compact)} _compact_gdn_enabled)"
+        )
     # The compact slots' state follows it: the assignments to self's GDN attributes, up to the
     # first statement that sets something else.
-    state = list(itertools.takewhile(_sets_gdn_state, init.body[compact[0]:]))
+    state = list(itertools.takewhile(_sets_gdn_state, init.body[compact[0] :]))
     return gdn_block[0], state
 
 
@@ -71,7 +76,6 @@ class Start:
 
 
 class _Log:
-
     def __init__(self, start: Start) -> None:
         self.start = start
 
@@ -85,8 +89,16 @@ class _Log:
         pass
 
 
-def gdn_start(root: Path, *, prefix_caching: bool, env: dict[str, str] | None = None, num_gdn_layers: int = 36,
-              num_mamba_like: int | None = None, model_type: str = "qwen3_5_moe", kv_transfer: bool = False) -> Start:
+def gdn_start(
+    root: Path,
+    *,
+    prefix_caching: bool,
+    env: dict[str, str] | None = None,
+    num_gdn_layers: int = 36,
+    num_mamba_like: int | None = None,
+    model_type: str = "qwen3_5_moe",
+    kv_transfer: bool = False,
+) -> Start:
     """Run the tree's GDN set-up for a model with ``num_gdn_layers`` GDN layers (Qwen3.5-122B-A10B
     has 36 of 48) under ``env`` (the variables the runner reads; the others unset)."""
     gdn_block, state = _init_statements(root / RUNNER)
@@ -102,16 +114,20 @@ def gdn_start(root: Path, *, prefix_caching: bool, env: dict[str, str] | None = 
     def layers(parallel_config: Any, block_type: str) -> int:
         return num_gdn_layers if block_type == "linear_attention" else 0  # Qwen3.5 layer_types
 
-    model_config = types.SimpleNamespace(hf_config=types.SimpleNamespace(model_type=model_type),
-                                         get_num_layers_by_block_type=layers)
+    model_config = types.SimpleNamespace(
+        hf_config=types.SimpleNamespace(model_type=model_type), get_num_layers_by_block_type=layers
+    )
     vllm_config = types.SimpleNamespace(
         model_config=model_config,
         parallel_config=types.SimpleNamespace(),
         cache_config=types.SimpleNamespace(enable_prefix_caching=prefix_caching),
         kv_transfer_config=object() if kv_transfer else None,
     )
-    runner = types.SimpleNamespace(vllm_config=vllm_config, model_config=model_config,
-                                   num_mamba_like_layers=num_gdn_layers if num_mamba_like is None else num_mamba_like)
+    runner = types.SimpleNamespace(
+        vllm_config=vllm_config,
+        model_config=model_config,
+        num_mamba_like_layers=num_gdn_layers if num_mamba_like is None else num_mamba_like,
+    )
     start.runner = runner
     names = ("VLLM_USE_HYBRID_CACHE", "VLLM_USE_NAIVE_MAMBA_CACHE_SHARING", "VLLM_COMPACT_GDN")
     with mock.patch.dict(os.environ, {}, clear=False):

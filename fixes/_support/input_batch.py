@@ -51,12 +51,21 @@ class SamplingType(enum.IntEnum):
 class SamplingParams:
     """Stand-in for vllm.SamplingParams: the attributes InputBatch and the logits processors read."""
 
-    def __init__(self, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
-                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
-                 repetition_penalty: float = 1.0, logit_bias: dict[int, float] | None = None,
-                 min_tokens: int = 0, stop_token_ids: tuple[int, ...] = (),
-                 bad_words_token_ids: list[list[int]] | None = None,
-                 allowed_token_ids: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        min_p: float = 0.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        repetition_penalty: float = 1.0,
+        logit_bias: dict[int, float] | None = None,
+        min_tokens: int = 0,
+        stop_token_ids: tuple[int, ...] = (),
+        bad_words_token_ids: list[list[int]] | None = None,
+        allowed_token_ids: list[int] | None = None,
+    ) -> None:
         self.temperature = temperature
         self.sampling_type = SamplingType.GREEDY if temperature < 1e-5 else SamplingType.RANDOM
         self.top_p = top_p
@@ -85,7 +94,7 @@ class _BlockTable:
 
     def add_row(self, block_ids: list[int], row: int) -> None:
         self.table[row].zero_()
-        self.table[row, :len(block_ids)] = torch.tensor(block_ids, dtype=torch.int32)
+        self.table[row, : len(block_ids)] = torch.tensor(block_ids, dtype=torch.int32)
 
     def swap_row(self, a: int, b: int) -> None:
         self.table[[a, b]] = self.table[[b, a]]
@@ -147,10 +156,22 @@ def load_input_batch(trees: Trees) -> types.ModuleType:
     vllm = trees.vllm / "vllm"
     lp = "vllm.v1.sample.logits_processor"
     sys.meta_path.insert(0, _StubFinder())
-    stubs = stub_modules("vllm.lora.request", "vllm.multimodal.inputs", "vllm.pooling_params", "vllm.sampling_params",
-                 "vllm.utils.collection_utils", "vllm.utils.math_utils", "vllm.utils.torch_utils", "vllm.v1.outputs",
-                 "vllm.v1.pool.metadata", "vllm.v1.worker.block_table", "vllm.v1.sample.thinking_budget_state",
-                 lp, "vllm_gaudi.utils", *HABANA_MODULES)
+    stubs = stub_modules(
+        "vllm.lora.request",
+        "vllm.multimodal.inputs",
+        "vllm.pooling_params",
+        "vllm.sampling_params",
+        "vllm.utils.collection_utils",
+        "vllm.utils.math_utils",
+        "vllm.utils.torch_utils",
+        "vllm.v1.outputs",
+        "vllm.v1.pool.metadata",
+        "vllm.v1.worker.block_table",
+        "vllm.v1.sample.thinking_budget_state",
+        lp,
+        "vllm_gaudi.utils",
+        *HABANA_MODULES,
+    )
     for stub in stubs.values():  # packages, for imports of modules not stubbed here
         stub.__path__ = []
         stub.__spec__ = None
@@ -158,10 +179,12 @@ def load_input_batch(trees: Trees) -> types.ModuleType:
     sys.modules["vllm.sampling_params"].SamplingParams = SamplingParams
     sys.modules["vllm.sampling_params"].SamplingType = SamplingType
     sys.modules["vllm.utils.collection_utils"].swap_dict_values = load_function(
-        vllm / "utils/collection_utils.py", "swap_dict_values", {"_K": TypeVar("_K"), "_V": TypeVar("_V")})
+        vllm / "utils/collection_utils.py", "swap_dict_values", {"_K": TypeVar("_K"), "_V": TypeVar("_V")}
+    )
     sys.modules["vllm.utils.math_utils"].cdiv = load_function(vllm / "utils/math_utils.py", "cdiv")
     sys.modules["vllm.utils.torch_utils"].async_tensor_h2d = load_function(
-        vllm / "utils/torch_utils.py", "async_tensor_h2d", {"np": np, "torch": torch, "PIN_MEMORY": False})
+        vllm / "utils/torch_utils.py", "async_tensor_h2d", {"np": np, "torch": torch, "PIN_MEMORY": False}
+    )
     sys.modules["vllm.v1.worker.block_table"].MultiGroupBlockTable = MultiGroupBlockTable
     package = sys.modules[lp]
     for sub in ("interface", "state", "builtin"):
@@ -179,17 +202,39 @@ def load_input_batch(trees: Trees) -> types.ModuleType:
 
 def make_batch(ib: types.ModuleType, logitsprocs: Any = None, max_num_reqs: int = 8) -> Any:
     """An InputBatch of ``ib`` on CPU: vocab ``VOCAB``, one KV cache group of 16-token blocks."""
-    return ib.InputBatch(max_num_reqs=max_num_reqs, max_model_len=64, max_num_batched_tokens=64,
-                         device=torch.device("cpu"), pin_memory=False, vocab_size=VOCAB, block_sizes=[16],
-                         kernel_block_sizes=[16], logitsprocs=logitsprocs)
+    return ib.InputBatch(
+        max_num_reqs=max_num_reqs,
+        max_model_len=64,
+        max_num_batched_tokens=64,
+        device=torch.device("cpu"),
+        pin_memory=False,
+        vocab_size=VOCAB,
+        block_sizes=[16],
+        kernel_block_sizes=[16],
+        logitsprocs=logitsprocs,
+    )
 
 
-def make_request(ib: types.ModuleType, req_id: str, params: SamplingParams, prompt: list[int],
-                 output: list[int] | None = None, num_computed: int = 0, blocks: list[int] | None = None) -> Any:
+def make_request(
+    ib: types.ModuleType,
+    req_id: str,
+    params: SamplingParams,
+    prompt: list[int],
+    output: list[int] | None = None,
+    num_computed: int = 0,
+    blocks: list[int] | None = None,
+) -> Any:
     """A CachedRequestState of ``ib`` (one KV cache group, ``blocks`` or ``[1]``)."""
-    return ib.CachedRequestState(req_id=req_id, prompt_token_ids=prompt, mm_features=[], sampling_params=params,
-                                 generator=None, block_ids=[blocks or [1]], num_computed_tokens=num_computed,
-                                 output_token_ids=list(output or []))
+    return ib.CachedRequestState(
+        req_id=req_id,
+        prompt_token_ids=prompt,
+        mm_features=[],
+        sampling_params=params,
+        generator=None,
+        block_ids=[blocks or [1]],
+        num_computed_tokens=num_computed,
+        output_token_ids=list(output or []),
+    )
 
 
 def load_apply_logits_processors(trees: Trees) -> Any:
@@ -199,9 +244,15 @@ def load_apply_logits_processors(trees: Trees) -> Any:
     assert trees.vllm is not None
     vllm = trees.vllm / "vllm"
     bad_words = exec_file("vllm.v1.sample.ops.bad_words", vllm / "v1/sample/ops/bad_words.py")
-    fn = load_function(vllm / "v1/sample/sampler.py", "Sampler.apply_logits_processors", {
-        "torch": torch, "apply_bad_words": bad_words.apply_bad_words,
-        "SamplingMetadata": sys.modules["vllm.v1.sample.metadata"].SamplingMetadata})
+    fn = load_function(
+        vllm / "v1/sample/sampler.py",
+        "Sampler.apply_logits_processors",
+        {
+            "torch": torch,
+            "apply_bad_words": bad_words.apply_bad_words,
+            "SamplingMetadata": sys.modules["vllm.v1.sample.metadata"].SamplingMetadata,
+        },
+    )
     sampler = types.SimpleNamespace(apply_penalties=lambda logits, metadata, output_token_ids: logits)
     return functools.partial(fn, sampler)
 
@@ -212,4 +263,3 @@ def sampleable(batch: Any, apply: Any, rows: list[tuple[str, list[int]]]) -> lis
     md = batch.make_selective_sampling_metadata(rows, skip_copy=False)
     logits = apply(torch.zeros((len(rows), VOCAB)), md, False)
     return [torch.nonzero(torch.isfinite(row)).flatten().tolist() for row in logits]
-

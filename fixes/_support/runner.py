@@ -43,9 +43,21 @@ def load_mocked(path: Path, qualname: str, given: dict[str, Any]) -> Any:
 
 
 # Same field order as PrefillInputData; sample_tokens unpacks it with shallow_tuple.
-PrefillData = make_dataclass("PrefillData", [(name, list, field(default_factory=list)) for name in (
-    "request_ids", "prompt_lens", "token_ids", "position_ids", "attn_metadata", "logits_indices",
-    "logits_requests")])
+PrefillData = make_dataclass(
+    "PrefillData",
+    [
+        (name, list, field(default_factory=list))
+        for name in (
+            "request_ids",
+            "prompt_lens",
+            "token_ids",
+            "position_ids",
+            "attn_metadata",
+            "logits_indices",
+            "logits_requests",
+        )
+    ],
+)
 
 
 class RunnerStandIn:
@@ -100,8 +112,9 @@ def set_step_state(runner: Any, *, merged_prefill: bool = False, profiler: Any =
     runner.profiler = mock.MagicMock(enabled=False) if profiler is None else profiler
 
 
-def stand_in_runner(cls: type[RunnerStandIn], scheduler_output: Any, req_ids: list[str], *,
-                    merged_prefill: bool = False) -> RunnerStandIn:
+def stand_in_runner(
+    cls: type[RunnerStandIn], scheduler_output: Any, req_ids: list[str], *, merged_prefill: bool = False
+) -> RunnerStandIn:
     """A runner of ``cls`` for one sample_tokens step on CPU: the step state, no aux hidden states, not
     the driver worker, no KV caches, a MagicMock input batch holding ``req_ids`` (that list, in that
     order), and no-op decode reordering, multimodal inputs, LoRA and KV connector."""

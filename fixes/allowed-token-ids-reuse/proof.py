@@ -60,8 +60,13 @@ class Engine:
     def batch(self) -> Any:
         return self.runner.input_batch
 
-    def step(self, new: dict[str, list[int] | None], running: list[str], finished: tuple[str, ...] = (),
-             resumed: tuple[str, ...] = ()) -> None:
+    def step(
+        self,
+        new: dict[str, list[int] | None],
+        running: list[str],
+        finished: tuple[str, ...] = (),
+        resumed: tuple[str, ...] = (),
+    ) -> None:
         """One _update_states call: ``new`` requests (req_id -> allowed_token_ids) arrive, ``running``
         (decodes of 1 token) and ``resumed`` (preempted earlier, prefill again) are scheduled, and
         ``finished`` end. A request in the batch that is in none of them is unscheduled (preempted)."""
@@ -70,20 +75,39 @@ class Engine:
             self.allowed[rid] = allowed
             self.blocks += 1
             params = SamplingParams(temperature=0.0, allowed_token_ids=allowed)
-            new_reqs.append(SimpleNamespace(req_id=rid, prompt_token_ids=list(PROMPT), mm_features=[],
-                                            sampling_params=params, pooling_params=None,
-                                            block_ids=[[self.blocks]], num_computed_tokens=0, lora_request=None))
+            new_reqs.append(
+                SimpleNamespace(
+                    req_id=rid,
+                    prompt_token_ids=list(PROMPT),
+                    mm_features=[],
+                    sampling_params=params,
+                    pooling_params=None,
+                    block_ids=[[self.blocks]],
+                    num_computed_tokens=0,
+                    lora_request=None,
+                )
+            )
         cached = [*running, *resumed]
         computed = [len(self.runner.requests[rid].prompt_token_ids) for rid in running] + [0] * len(resumed)
         sched = SimpleNamespace(
-            finished_req_ids=set(finished), free_encoder_mm_hashes=[],
-            num_scheduled_tokens={**{rid: len(PROMPT) for rid in new}, **{rid: 1 for rid in running},
-                                  **{rid: len(PROMPT) for rid in resumed}},
-            scheduled_new_reqs=new_reqs, scheduled_spec_decode_tokens={},
+            finished_req_ids=set(finished),
+            free_encoder_mm_hashes=[],
+            num_scheduled_tokens={
+                **{rid: len(PROMPT) for rid in new},
+                **{rid: 1 for rid in running},
+                **{rid: len(PROMPT) for rid in resumed},
+            },
+            scheduled_new_reqs=new_reqs,
+            scheduled_spec_decode_tokens={},
             scheduled_cached_reqs=SimpleNamespace(
-                req_ids=cached, num_computed_tokens=computed,
+                req_ids=cached,
+                num_computed_tokens=computed,
                 new_block_ids=[None] * len(running) + [[[self.blocks + 1 + i]] for i in range(len(resumed))],
-                resumed_req_ids=set(resumed), num_output_tokens=[0] * len(cached), all_token_ids={}))
+                resumed_req_ids=set(resumed),
+                num_output_tokens=[0] * len(cached),
+                all_token_ids={},
+            ),
+        )
         self.blocks += len(resumed)
         self.runner._update_states(sched)
 
@@ -97,8 +121,10 @@ class Engine:
             for r, (rid, toks) in enumerate(zip(call, sampleable(self.batch, self.apply, outputs))):
                 want = self.allowed[rid] or EVERY_TOKEN
                 if toks != want:
-                    wrong.append(f"{rid} (row {r} of call {call}) can sample {_show(toks)}, its allowed_token_ids "
-                                 f"give {_show(want)}")
+                    wrong.append(
+                        f"{rid} (row {r} of call {call}) can sample {_show(toks)}, its allowed_token_ids "
+                        f"give {_show(want)}"
+                    )
         if wrong:
             self.problems.append(f"{what} (batch {rows}): " + "; ".join(wrong))
 
@@ -107,10 +133,17 @@ def check(trees: Trees) -> None:
     assert trees.vllm_gaudi is not None and trees.vllm is not None, "needs the vllm-gaudi and vllm trees"
     ib = load_input_batch(trees)
     apply = load_apply_logits_processors(trees)
-    runner_cls = runner_class(trees.vllm_gaudi / RUNNER, ["_update_states"], {
-        "torch": torch, "SamplingType": SamplingType, "CachedRequestState": ib.CachedRequestState,
-        "get_pp_group": lambda: SimpleNamespace(is_last_rank=True), "cast": cast,
-    })
+    runner_cls = runner_class(
+        trees.vllm_gaudi / RUNNER,
+        ["_update_states"],
+        {
+            "torch": torch,
+            "SamplingType": SamplingType,
+            "CachedRequestState": ib.CachedRequestState,
+            "get_pp_group": lambda: SimpleNamespace(is_last_rank=True),
+            "cast": cast,
+        },
+    )
 
     # Finished requests, condense(), then new requests behind the batch. A and B come first, before
     # the mask exists (it is allocated with the first request that has allowed_token_ids).
@@ -138,6 +171,8 @@ def check(trees: Trees) -> None:
     eng.check("P resumed behind the condensed batch", ["R", "Q", "P"])
     problems += eng.problems
 
-    assert not problems, ("a request took a row of allowed_token_ids_mask_cpu_tensor that still held the mask of "
-                          "the request that had the row before (condense() copies a moved request's row and leaves "
-                          "the old one as it was):\n  " + "\n  ".join(problems))
+    assert not problems, (
+        "a request took a row of allowed_token_ids_mask_cpu_tensor that still held the mask of "
+        "the request that had the row before (condense() copies a moved request's row and leaves "
+        "the old one as it was):\n  " + "\n  ".join(problems)
+    )

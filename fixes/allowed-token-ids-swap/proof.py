@@ -56,15 +56,18 @@ def _allowed(batch: Any, apply: Any, reqs: dict[str, Any], rows: list[str]) -> d
     return dict(zip(rows, sampleable(batch, apply, [(rid, reqs[rid].output_token_ids) for rid in rows])))
 
 
-def _check_calls(batch: Any, apply: Any, reqs: dict[str, Any], calls: list[list[str]],
-                 want: dict[str, list[int]], what: str) -> None:
+def _check_calls(
+    batch: Any, apply: Any, reqs: dict[str, Any], calls: list[list[str]], want: dict[str, list[int]], what: str
+) -> None:
     wrong = {}
     for rows in calls:
         for rid, toks in _allowed(batch, apply, reqs, rows).items():
             if toks != want[rid]:
                 wrong[f"{rid} in call {rows}"] = f"can sample {toks}, its allowed_token_ids give {want[rid]}"
-    assert not wrong, (f"after {what} (batch {batch.req_ids}): {wrong}. swap_states() moved the requests but "
-                       f"not their rows of allowed_token_ids_mask_cpu_tensor")
+    assert not wrong, (
+        f"after {what} (batch {batch.req_ids}): {wrong}. swap_states() moved the requests but "
+        f"not their rows of allowed_token_ids_mask_cpu_tensor"
+    )
 
 
 def check(trees: Trees) -> None:
@@ -78,8 +81,9 @@ def check(trees: Trees) -> None:
     batch = make_batch(ib)
     reqs = _add(ib, batch, {"P1": ([7, 8], 6, 0), "P2": ([9], 6, 0), "D1": (None, 4, 4), "D2": ([3, 4], 4, 4)})
     runner = load_runner(trees, batch)
-    runner._ensure_decodes_first(SimpleNamespace(
-        num_scheduled_tokens={"P1": 6, "P2": 6, "D1": 1, "D2": 1}, scheduled_spec_decode_tokens={}))
+    runner._ensure_decodes_first(
+        SimpleNamespace(num_scheduled_tokens={"P1": 6, "P2": 6, "D1": 1, "D2": 1}, scheduled_spec_decode_tokens={})
+    )
     assert batch.req_ids[:2] == ["D2", "D1"], f"_ensure_decodes_first left {batch.req_ids}: no decodes first"
     want = {"P1": [7, 8], "P2": [9], "D1": EVERY_TOKEN, "D2": [3, 4]}
     # As the runner samples: one call for the decodes, then one per prefill forward pass.
@@ -87,8 +91,9 @@ def check(trees: Trees) -> None:
 
     # ensure_multi_token_decodes_last(): M, a decode with 3 tokens scheduled (a catch-up decode),
     # has allowed_token_ids; the 1-token decode S behind it is moved to the front.
-    ensure_last = load_function(trees.vllm_gaudi / RUNNER, "ensure_multi_token_decodes_last",
-                                {"InputBatch": ib.InputBatch, "Mapping": Mapping})
+    ensure_last = load_function(
+        trees.vllm_gaudi / RUNNER, "ensure_multi_token_decodes_last", {"InputBatch": ib.InputBatch, "Mapping": Mapping}
+    )
     batch = make_batch(ib)
     reqs = _add(ib, batch, {"M": ([5, 6], 4, 4), "S": (None, 4, 4)})
     ensure_last(batch, {"M": 3, "S": 1})

@@ -86,9 +86,7 @@ def _build(trees: Trees) -> tuple[Any, type, Any]:
     }
 
     class Scheduler:
-        _update_request_with_output = load_function(
-            vllm / SCHED, "Scheduler._update_request_with_output", ns
-        )
+        _update_request_with_output = load_function(vllm / SCHED, "Scheduler._update_request_with_output", ns)
         reset_prefix_cache = load_function(vllm / SCHED, "Scheduler.reset_prefix_cache", ns)
         _preempt_request = load_function(vllm / SCHED, "Scheduler._preempt_request", ns)
 
@@ -122,9 +120,7 @@ def _update(sched: Any, request: Any, tokens: list[int], what: str) -> tuple[lis
     except AttributeError as exc:
         if "discard_latest_async_tokens" not in str(exc):
             raise
-        raise AssertionError(
-            f"{what}: HPUAsyncScheduler._update_request_with_output raised {exc!r}"
-        ) from exc
+        raise AssertionError(f"{what}: HPUAsyncScheduler._update_request_with_output raised {exc!r}") from exc
 
 
 def check(trees: Trees) -> None:
@@ -161,12 +157,10 @@ def check(trees: Trees) -> None:
     req.num_output_placeholders = 1
     new, _ = _update(sched, req, [222], "first token after resume")
     assert new == [222] and req._output_token_ids == [5, 222], (
-        f"first real token after force preemption lost: returned {new}, "
-        f"output {req._output_token_ids}"
+        f"first real token after force preemption lost: returned {new}, output {req._output_token_ids}"
     )
     assert (req.async_tokens_to_discard, req.num_output_placeholders) == (0, 0), (
-        f"after resume: counter {req.async_tokens_to_discard}, "
-        f"placeholders {req.num_output_placeholders}"
+        f"after resume: counter {req.async_tokens_to_discard}, placeholders {req.num_output_placeholders}"
     )
 
     # 3. Force preemption with two decode frames in flight. The first stale frame arrives while the

@@ -24,14 +24,15 @@ from fixpack.proofkit import Trees
 
 
 def _sample(batch: Any, apply: Any, reqs: dict[str, Any], rows: list[str]) -> torch.Tensor:
-    md = batch.make_selective_sampling_metadata([(rid, reqs[rid].output_token_ids) for rid in rows],
-                                                skip_copy=False)
+    md = batch.make_selective_sampling_metadata([(rid, reqs[rid].output_token_ids) for rid in rows], skip_copy=False)
     logits = torch.zeros((len(rows), VOCAB))
     try:
         return apply(logits, md, False)
     except IndexError as exc:
-        raise AssertionError(f"sampling call with rows {rows}: bad_words raises IndexError ({exc}); "
-                             f"bad_words_token_ids passed to the sampler: {md.bad_words_token_ids}") from exc
+        raise AssertionError(
+            f"sampling call with rows {rows}: bad_words raises IndexError ({exc}); "
+            f"bad_words_token_ids passed to the sampler: {md.bad_words_token_ids}"
+        ) from exc
 
 
 def _banned(logits: torch.Tensor, rows: list[str]) -> dict[str, list[int]]:
@@ -44,8 +45,9 @@ def check(trees: Trees) -> None:
     batch = make_batch(ib)
     greedy = dict(temperature=0.0)
     reqs = {
-        "R0": make_request(ib, "R0", SamplingParams(**greedy, bad_words_token_ids=[[7]]), [1, 2, 3], [4],
-                           num_computed=3),
+        "R0": make_request(
+            ib, "R0", SamplingParams(**greedy, bad_words_token_ids=[[7]]), [1, 2, 3], [4], num_computed=3
+        ),
         "R1": make_request(ib, "R1", SamplingParams(**greedy), [1, 2, 3], [4], num_computed=3),
         "R2": make_request(ib, "R2", SamplingParams(**greedy, bad_words_token_ids=[[5], [9, 6]]), [5, 6, 7]),
     }

@@ -185,8 +185,13 @@ class Loaded:
         vllm_logger.init_logger = load_function(
             vllm_tree / "vllm/logger.py",
             "init_logger",
-            {"logging": logging, "MethodType": MethodType, "cast": cast, "_VllmLogger": logging.Logger,
-             "_METHODS_TO_PATCH": {}},
+            {
+                "logging": logging,
+                "MethodType": MethodType,
+                "cast": cast,
+                "_VllmLogger": logging.Logger,
+                "_METHODS_TO_PATCH": {},
+            },
         )
         self.ext_ops = importlib.import_module("vllm_gaudi.extension.ops")
         self.dynamic_quant = load_function(
@@ -449,8 +454,10 @@ def check(trees: Trees) -> None:
         assert bad.moe_op.calls == calls + 1, f"{what}: the gathered path must not run, the stock op must"
 
     # 4. VERIFY runs both and logs the difference; the gathered result is returned. Both spellings.
-    for on in ({"VLLM_HPU_MOE_GATHER": "1", "VLLM_HPU_MOE_GATHER_VERIFY": "1"},
-               {"VLLM_HPU_MOE_GATHER": "True", "VLLM_HPU_MOE_GATHER_VERIFY": "true"}):
+    for on in (
+        {"VLLM_HPU_MOE_GATHER": "1", "VLLM_HPU_MOE_GATHER_VERIFY": "1"},
+        {"VLLM_HPU_MOE_GATHER": "True", "VLLM_HPU_MOE_GATHER_VERIFY": "true"},
+    ):
         ld = Loaded(tree, vllm_tree, on)
         with mock.patch.object(ld.fp8.logger, "info") as info:
             check_verify(ld, e_local, k, n_global, info)

@@ -80,18 +80,26 @@ def _install_vllm_modules(tensors_cls: Any, count_fn: Any) -> None:
 
 def check(trees: Trees) -> None:
     assert trees.vllm_gaudi is not None and trees.vllm is not None, "needs the vllm-gaudi and vllm trees"
-    tensors_cls = load_function(trees.vllm / OUTPUTS, "LogprobsTensors", {
-        "NamedTuple": __import__("typing").NamedTuple,
-        "torch": torch,
-        "LogprobsLists": mock.MagicMock(name="LogprobsLists"),
-    })
+    tensors_cls = load_function(
+        trees.vllm / OUTPUTS,
+        "LogprobsTensors",
+        {
+            "NamedTuple": __import__("typing").NamedTuple,
+            "torch": torch,
+            "LogprobsLists": mock.MagicMock(name="LogprobsLists"),
+        },
+    )
     count_fn = load_function(trees.vllm_gaudi / PATCHES, "_hpu_batched_count_greater_than", {"torch": torch})
     _install_vllm_modules(tensors_cls, count_fn)
     gather = load_function(trees.vllm_gaudi / PATCHES, "_hpu_gather_logprobs", {"torch": torch})
-    gather_prompt = load_function(trees.vllm_gaudi / RUNNER, "HPUModelRunner._gather_prompt_logprobs_hpu", {
-        "torch": torch,
-        "LogprobsTensors": tensors_cls,
-    })
+    gather_prompt = load_function(
+        trees.vllm_gaudi / RUNNER,
+        "HPUModelRunner._gather_prompt_logprobs_hpu",
+        {
+            "torch": torch,
+            "LogprobsTensors": tensors_cls,
+        },
+    )
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(4, VOCAB, generator=gen)
@@ -103,24 +111,30 @@ def check(trees: Trees) -> None:
 
     ids_shape = (token_ids.shape[0], 1 + NUM_LOGPROBS)
     problems = []
-    for name, run in (("_hpu_gather_logprobs (patches.py)", lambda: gather(logprobs, NUM_LOGPROBS, token_ids)),
-                      ("HPUModelRunner._gather_prompt_logprobs_hpu",
-                       lambda: gather_prompt(None, logprobs, NUM_LOGPROBS, token_ids))):
+    for name, run in (
+        ("_hpu_gather_logprobs (patches.py)", lambda: gather(logprobs, NUM_LOGPROBS, token_ids)),
+        ("HPUModelRunner._gather_prompt_logprobs_hpu", lambda: gather_prompt(None, logprobs, NUM_LOGPROBS, token_ids)),
+    ):
         mode = _AtenOps()
         with mode:
             out = run()
         assert out.logprob_token_ids.dtype == torch.int32, (
-            f"{name}: ids dtype {out.logprob_token_ids.dtype}, expected int32")
+            f"{name}: ids dtype {out.logprob_token_ids.dtype}, expected int32"
+        )
         assert torch.equal(out.logprob_token_ids, ref_ids), (
-            f"{name}: ids differ from the reference: {out.logprob_token_ids.tolist()} != {ref_ids.tolist()}")
+            f"{name}: ids differ from the reference: {out.logprob_token_ids.tolist()} != {ref_ids.tolist()}"
+        )
         assert torch.equal(out.logprobs, ref_logprobs), f"{name}: logprobs differ from the reference"
         assert torch.equal(out.selected_token_ranks, ref_ranks), (
-            f"{name}: ranks differ from the reference: {out.selected_token_ranks.tolist()} != {ref_ranks.tolist()}")
+            f"{name}: ranks differ from the reference: {out.selected_token_ranks.tolist()} != {ref_ranks.tolist()}"
+        )
         int64_concats = [(op, ins) for op, ins, _ in mode.ops if op in _CONCAT_OPS and torch.int64 in ins]
         int64_ids = [op for op, _, outs in mode.ops if (torch.int64, ids_shape) in outs]
         if int64_concats:
             problems.append(f"{name} runs aten concatenations on int64 operands {int64_concats}")
         if int64_ids:
-            problems.append(f"{name} assembles the {list(ids_shape)} token ids as int64 (by aten {int64_ids}) and "
-                            "narrows them to int32 only afterwards")
+            problems.append(
+                f"{name} assembles the {list(ids_shape)} token ids as int64 (by aten {int64_ids}) and "
+                "narrows them to int32 only afterwards"
+            )
     assert not problems, "; ".join(problems) + " (the int64 concatenation whose ids HPU lazy mode corrupts)"

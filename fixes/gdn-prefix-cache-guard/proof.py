@@ -32,8 +32,12 @@ STARTS = [
     ("VLLM_COMPACT_GDN=0, no prefix caching", False, {"VLLM_COMPACT_GDN": "0"}, {}),
     ("PD serving (compact auto-disabled), no prefix caching", False, {}, {"kv_transfer": True}),
     ("a model without GDN layers, --enable-prefix-caching", True, {}, {"num_gdn_layers": 0, "num_mamba_like": 0}),
-    ("Granite 4.0-H (mamba, not GDN), --enable-prefix-caching", True, {},
-     {"model_type": "granitemoehybrid", "num_mamba_like": 40}),
+    (
+        "Granite 4.0-H (mamba, not GDN), --enable-prefix-caching",
+        True,
+        {},
+        {"model_type": "granitemoehybrid", "num_mamba_like": 40},
+    ),
 ]
 
 
@@ -51,7 +55,9 @@ def check(trees: Trees) -> None:
             assert not start.compact, (
                 f"{what}: the worker starts with compact GDN slots and prefix caching on "
                 f"(logged: {start.warnings or 'nothing'}); every GDN prefix-cache hit then resumes from "
-                "a stale compact slot")
+                "a stale compact slot"
+            )
             raise RuntimeError(f"{what}: starts without compact slots ({describe(start)}), not the case under test")
         assert isinstance(start.error, ValueError) and "prefix caching" in str(start.error), (
-            f"{what}: refused, but not with a clear error: {describe(start)}")
+            f"{what}: refused, but not with a clear error: {describe(start)}"
+        )

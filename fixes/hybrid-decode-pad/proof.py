@@ -54,8 +54,9 @@ def _kv_cache_config() -> types.SimpleNamespace:
             types.SimpleNamespace(kv_cache_spec=attn, layer_names=["layers.3.self_attn.attn"]),
         ],
         kv_cache_tensors=[
-            types.SimpleNamespace(size=NUM_BLOCKS * attn.page_size_bytes,
-                                  shared_by=["layers.0.linear_attn", "layers.3.self_attn.attn"]),
+            types.SimpleNamespace(
+                size=NUM_BLOCKS * attn.page_size_bytes, shared_by=["layers.0.linear_attn", "layers.3.self_attn.attn"]
+            ),
         ],
     )
 
@@ -74,15 +75,23 @@ def _check_attention_only(runner_py: Any, get_kv_cache_shape: Any) -> None:
     the end of the cache, num_blocks."""
     ns, bound = initialize_kv_cache_globals([KERNEL_BLOCK], F=F, replace=None, pad_sequence=pad_sequence)
     runner = initialize_kv_cache_runner(
-        max_num_seqs=4, num_gdn=0, num_groups=1, kernel_block=KERNEL_BLOCK, get_kv_cache_shape=get_kv_cache_shape,
-        cache_config=types.SimpleNamespace(block_size=KERNEL_BLOCK), use_prefix_caching=False,
-        use_hybrid_cache=False, model_config=types.SimpleNamespace(use_mla=False))
+        max_num_seqs=4,
+        num_gdn=0,
+        num_groups=1,
+        kernel_block=KERNEL_BLOCK,
+        get_kv_cache_shape=get_kv_cache_shape,
+        cache_config=types.SimpleNamespace(block_size=KERNEL_BLOCK),
+        use_prefix_caching=False,
+        use_hybrid_cache=False,
+        model_config=types.SimpleNamespace(use_mla=False),
+    )
     attn = FullAttentionSpec(KERNEL_BLOCK, HEADS, HEAD_SIZE, torch.bfloat16)
     config = types.SimpleNamespace(
         num_blocks=NUM_BLOCKS,
         kv_cache_groups=[types.SimpleNamespace(kv_cache_spec=attn, layer_names=["layers.0.self_attn.attn"])],
-        kv_cache_tensors=[types.SimpleNamespace(size=NUM_BLOCKS * attn.page_size_bytes,
-                                                shared_by=["layers.0.self_attn.attn"])],
+        kv_cache_tensors=[
+            types.SimpleNamespace(size=NUM_BLOCKS * attn.page_size_bytes, shared_by=["layers.0.self_attn.attn"])
+        ],
     )
     initialize_kv_cache = load_function(runner_py, "HPUModelRunner.initialize_kv_cache", ns)
     initialize_kv_cache(runner, config)
@@ -90,7 +99,8 @@ def _check_attention_only(runner_py: Any, get_kv_cache_shape: Any) -> None:
     assert blocks == NUM_BLOCKS + 1, f"attention-only model: unexpected cache of {blocks} blocks"
     assert (runner._PAD_BLOCK_ID, runner._PAD_SLOT_ID) == (NUM_BLOCKS, NUM_BLOCKS * KERNEL_BLOCK), (
         f"attention-only model: pad block {runner._PAD_BLOCK_ID!r}, pad slot {runner._PAD_SLOT_ID!r}; the spare "
-        f"block is {NUM_BLOCKS} (slot {NUM_BLOCKS * KERNEL_BLOCK})")
+        f"block is {NUM_BLOCKS} (slot {NUM_BLOCKS * KERNEL_BLOCK})"
+    )
 
 
 def check(trees: Trees) -> None:
@@ -100,14 +110,21 @@ def check(trees: Trees) -> None:
     def get_kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_size: int) -> tuple[int, ...]:
         return get_shape(num_blocks, block_size, num_kv_heads, head_size)
 
-    get_shape = load_function(trees.vllm_gaudi / "vllm_gaudi/attention/ops/hpu_paged_attn.py",
-                              "HPUPagedAttention.get_kv_cache_shape", {})
+    get_shape = load_function(
+        trees.vllm_gaudi / "vllm_gaudi/attention/ops/hpu_paged_attn.py", "HPUPagedAttention.get_kv_cache_shape", {}
+    )
     # vLLM's prepare_kernel_block_sizes for these specs: attention splits to the
     # backend's 128-token kernel block, mamba keeps its block size.
     ns, bound = initialize_kv_cache_globals(
-        [SPEC_BLOCK, KERNEL_BLOCK], F=F, replace=None, pad_sequence=pad_sequence,
+        [SPEC_BLOCK, KERNEL_BLOCK],
+        F=F,
+        replace=None,
+        pad_sequence=pad_sequence,
         async_h2d_copy=lambda source, dest_tensor=None, dtype=None, device="hpu": source,
-        DecodeInputData=types.SimpleNamespace, MRotaryEmbedding=None, compute_prefix_caching_block_indices=None)
+        DecodeInputData=types.SimpleNamespace,
+        MRotaryEmbedding=None,
+        compute_prefix_caching_block_indices=None,
+    )
     captured: dict[str, Any] = {}
 
     def make_decode_metadata(**kwargs: Any) -> dict[str, Any]:
@@ -119,8 +136,14 @@ def check(trees: Trees) -> None:
     _check_attention_only(runner_py, get_kv_cache_shape)
 
     runner = initialize_kv_cache_runner(
-        max_num_seqs=4, num_gdn=1, num_groups=2, kernel_block=KERNEL_BLOCK, get_kv_cache_shape=get_kv_cache_shape,
-        cache_config=types.SimpleNamespace(block_size=SPEC_BLOCK), use_prefix_caching=False)
+        max_num_seqs=4,
+        num_gdn=1,
+        num_groups=2,
+        kernel_block=KERNEL_BLOCK,
+        get_kv_cache_shape=get_kv_cache_shape,
+        cache_config=types.SimpleNamespace(block_size=SPEC_BLOCK),
+        use_prefix_caching=False,
+    )
     initialize_kv_cache = load_function(runner_py, "HPUModelRunner.initialize_kv_cache", ns)
     initialize_kv_cache(runner, _kv_cache_config())
 
@@ -135,8 +158,9 @@ def check(trees: Trees) -> None:
     kernel_ids = _kernel_block_ids(trees, owned)
     block_table = torch.zeros((4, len(kernel_ids)), dtype=torch.int32)
     block_table[0] = torch.tensor(kernel_ids, dtype=torch.int32)
-    live_slots = torch.tensor([kernel_ids[p // KERNEL_BLOCK] * KERNEL_BLOCK + p % KERNEL_BLOCK
-                               for p in range(context_len)])
+    live_slots = torch.tensor(
+        [kernel_ids[p // KERNEL_BLOCK] * KERNEL_BLOCK + p % KERNEL_BLOCK for p in range(context_len)]
+    )
     live_kv = torch.arange(1, context_len + 1, dtype=torch.bfloat16).reshape(-1, 1, 1).expand(-1, HEADS, HEAD_SIZE)
     key_cache.index_copy_(0, live_slots, live_kv)
     before = key_cache[live_slots].clone()
@@ -147,10 +171,15 @@ def check(trees: Trees) -> None:
         _resolve_block=types.MethodType(resolve_block, runner),
         _resolve_all_blocks=types.MethodType(resolve_all_blocks, runner),
         bucketing_manager=types.SimpleNamespace(find_decode_bucket=lambda bs, blocks, seek=False: (4, None, blocks)),
-        get_dp_padding=lambda n: 0, positions_cpu=torch.tensor([context_len], dtype=torch.int64),
-        input_ids_cpu=torch.tensor([7], dtype=torch.int32), uses_mrope=False, pin_memory=False,
+        get_dp_padding=lambda n: 0,
+        positions_cpu=torch.tensor([context_len], dtype=torch.int64),
+        input_ids_cpu=torch.tensor([7], dtype=torch.int32),
+        uses_mrope=False,
+        pin_memory=False,
         get_habana_paged_attn_buffers=lambda *a, **k: (torch.zeros(1), torch.zeros(1), torch.zeros(1)),
-        interleaved_sliding_window=False, model_has_chunked_attention=False, use_async_scheduling=False,
+        interleaved_sliding_window=False,
+        model_has_chunked_attention=False,
+        use_async_scheduling=False,
         # GDN state metadata does not touch the attention slot mapping.
         num_mamba_like_layers=0,
     )
@@ -172,8 +201,9 @@ def check(trees: Trees) -> None:
     assert not hit and not changed, (
         f"pad block id {pad_block} is a live kernel block (scheduler block {pad_block // BPK}): the padded decode rows "
         f"wrote slots {pad_slots} and overwrote a live request's K/V at token positions {changed}; the attention "
-        f"cache's spare kernel block is {total_kernel_blocks - 1}")
+        f"cache's spare kernel block is {total_kernel_blocks - 1}"
+    )
     assert all(s // KERNEL_BLOCK == total_kernel_blocks - 1 for s in pad_slots), (
-        f"pad slots {pad_slots} are not in the spare kernel block {total_kernel_blocks - 1}")
+        f"pad slots {pad_slots} are not in the spare kernel block {total_kernel_blocks - 1}"
+    )
     assert runner._PAD_SLOT_ID == pad_block * KERNEL_BLOCK
-

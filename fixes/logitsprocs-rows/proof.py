@@ -40,11 +40,19 @@ def load_sampler(trees: Trees) -> SimpleNamespace:
     assert trees.vllm is not None
     vllm = trees.vllm / "vllm"
     path = vllm / "v1/sample/sampler.py"
-    eps = next(ast.literal_eval(node.value) for node in parse_file(path).body
-               if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "_SAMPLING_EPS")
+    eps = next(
+        ast.literal_eval(node.value)
+        for node in parse_file(path).body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "_SAMPLING_EPS"
+    )
     bad_words = exec_file("vllm.v1.sample.ops.bad_words", vllm / "v1/sample/ops/bad_words.py")
-    ns = {"torch": torch, "_SAMPLING_EPS": eps, "LogprobsMode": str, "apply_bad_words": bad_words.apply_bad_words,
-          "SamplingMetadata": sys.modules["vllm.v1.sample.metadata"].SamplingMetadata}
+    ns = {
+        "torch": torch,
+        "_SAMPLING_EPS": eps,
+        "LogprobsMode": str,
+        "apply_bad_words": bad_words.apply_bad_words,
+        "SamplingMetadata": sys.modules["vllm.v1.sample.metadata"].SamplingMetadata,
+    }
     seen: list[torch.Tensor] = []
 
     def topk_topp_sampler(logits: torch.Tensor, generators: Any, top_k: Any, top_p: Any) -> tuple[Any, None]:
@@ -52,13 +60,15 @@ def load_sampler(trees: Trees) -> SimpleNamespace:
         return logits.argmax(dim=-1).view(-1), None
 
     self = SimpleNamespace(
-        logprobs_mode="raw_logprobs", seen=seen, topk_topp_sampler=topk_topp_sampler,
+        logprobs_mode="raw_logprobs",
+        seen=seen,
+        topk_topp_sampler=topk_topp_sampler,
         greedy_sample=load_function(path, "Sampler.greedy_sample", ns),
         apply_temperature=load_function(path, "Sampler.apply_temperature", ns),
-        apply_penalties=lambda logits, metadata, output_token_ids: logits)
+        apply_penalties=lambda logits, metadata, output_token_ids: logits,
+    )
     assert "def sample(" in load_source(path, "Sampler.sample")
-    self.apply_logits_processors = functools.partial(load_function(path, "Sampler.apply_logits_processors", ns),
-                                                     self)
+    self.apply_logits_processors = functools.partial(load_function(path, "Sampler.apply_logits_processors", ns), self)
     self.sample = functools.partial(load_function(path, "Sampler.sample", ns), self)
     return self
 
@@ -98,10 +108,12 @@ class LayoutRecorder:
             return
         removed = list(batch_update.removed)
         assert removed == sorted(removed, reverse=True), (
-            f"BatchUpdate.removed {removed} is not in descending order, as BatchUpdateBuilder gives it")
+            f"BatchUpdate.removed {removed} is not in descending order, as BatchUpdateBuilder gives it"
+        )
         for index in removed:
             assert index in self.rows, (
-                f"BatchUpdate.removed names row {index}, which holds no request (rows {sorted(self.rows)})")
+                f"BatchUpdate.removed names row {index}, which holds no request (rows {sorted(self.rows)})"
+            )
             del self.rows[index]
         for index, params, _, output_token_ids in batch_update.added:
             assert 0 <= index < batch_update.batch_size, f"row {index} added, batch_size {batch_update.batch_size}"
@@ -132,8 +144,7 @@ EXPECTED = {
 
 
 def _sample(sampler: SimpleNamespace, batch: Any, reqs: dict[str, Any], rows: list[str]) -> list[list[float]]:
-    md = batch.make_selective_sampling_metadata([(rid, reqs[rid].output_token_ids) for rid in rows],
-                                                skip_copy=False)
+    md = batch.make_selective_sampling_metadata([(rid, reqs[rid].output_token_ids) for rid in rows], skip_copy=False)
     logits = torch.tensor([BASE] * len(rows))
     logits = sampler.apply_logits_processors(logits, md, False)
     sampler.seen.clear()
@@ -142,8 +153,14 @@ def _sample(sampler: SimpleNamespace, batch: Any, reqs: dict[str, Any], rows: li
     return processed.tolist()
 
 
-def _check(sampler: SimpleNamespace, batch: Any, reqs: dict[str, Any], rows: list[str], expect: dict[str, list[float]],
-           what: str) -> None:
+def _check(
+    sampler: SimpleNamespace,
+    batch: Any,
+    reqs: dict[str, Any],
+    rows: list[str],
+    expect: dict[str, list[float]],
+    what: str,
+) -> None:
     got = _sample(sampler, batch, reqs, rows)
     for r, rid in enumerate(rows):
         # A padding row (a repeat of a request) gets no processor state: its sample is thrown away,
@@ -152,19 +169,27 @@ def _check(sampler: SimpleNamespace, batch: Any, reqs: dict[str, Any], rows: lis
         want = _row() if padding else expect[rid]
         if got[r] != want:
             diff = {t: (got[r][t], want[t]) for t in range(VOCAB) if got[r][t] != want[t]}
-            raise AssertionError(f"{what}: call rows {rows}, row {r} ({rid}{', padding' if padding else ''}): "
-                                 f"token: (got, expected) {diff}")
+            raise AssertionError(
+                f"{what}: call rows {rows}, row {r} ({rid}{', padding' if padding else ''}): "
+                f"token: (got, expected) {diff}"
+            )
     # The custom processor holds each request's own params and output list (the list it reads the
     # latest tokens from) in the request's first row, and nothing in padding rows or beyond.
     recorder = next((p for p in batch.logitsprocs.all if isinstance(p, LayoutRecorder)), None)
     if recorder is not None:
-        want_rows = {r: (reqs[rid].sampling_params, reqs[rid].output_token_ids) for r, rid in enumerate(rows)
-                     if rows.index(rid) == r}
+        want_rows = {
+            r: (reqs[rid].sampling_params, reqs[rid].output_token_ids)
+            for r, rid in enumerate(rows)
+            if rows.index(rid) == r
+        }
         got_rows = recorder.rows
         same = got_rows.keys() == want_rows.keys() and all(
-            got_rows[r][0] is want_rows[r][0] and got_rows[r][1] is want_rows[r][1] for r in want_rows)
-        assert same, (f"{what}: call rows {rows}: the custom processor holds requests in rows {sorted(got_rows)}, "
-                      f"expected {sorted(want_rows)} (or another request's state in one of them)")
+            got_rows[r][0] is want_rows[r][0] and got_rows[r][1] is want_rows[r][1] for r in want_rows
+        )
+        assert same, (
+            f"{what}: call rows {rows}: the custom processor holds requests in rows {sorted(got_rows)}, "
+            f"expected {sorted(want_rows)} (or another request's state in one of them)"
+        )
 
 
 def check(trees: Trees) -> None:
@@ -174,8 +199,7 @@ def check(trees: Trees) -> None:
     reqs = {
         "N": make_request(ib, "N", SamplingParams(temperature=0.0), [1, 2, 3], [4], num_computed=3),
         "B": make_request(ib, "B", SamplingParams(temperature=0.0, logit_bias={5: 100.0}), [1, 2, 3]),
-        "T": make_request(ib, "T", SamplingParams(temperature=0.0, min_tokens=3, stop_token_ids=(EOS, )),
-                          [1, 2, 3]),
+        "T": make_request(ib, "T", SamplingParams(temperature=0.0, min_tokens=3, stop_token_ids=(EOS,)), [1, 2, 3]),
         "M": make_request(ib, "M", SamplingParams(temperature=1.0, min_p=0.5), [1, 2, 3]),
     }
     for rid in ("N", "B", "T", "M"):
@@ -196,7 +220,8 @@ def check(trees: Trees) -> None:
     _check(sampler, batch, reqs, ["N", "B", "T", "M", "N", "N"], EXPECTED, "the next decode step")
     recorder = next(p for p in batch.logitsprocs.all if isinstance(p, LayoutRecorder))
     assert recorder.last_update is None, (
-        f"a decode step with the same rows as the step before gave the processors {recorder.last_update}, not None")
+        f"a decode step with the same rows as the step before gave the processors {recorder.last_update}, not None"
+    )
     _check(sampler, batch, reqs, ["M", "T"], EXPECTED, "call with another row order")
     _check(sampler, batch, reqs, ["M", "T", "M"], EXPECTED, "same requests, padded to one more row")
     _check(sampler, batch, reqs, ["M", "M"], EXPECTED, "M alone, padded over the row T had")
@@ -212,8 +237,14 @@ def check(trees: Trees) -> None:
     index = batch.remove_request("N")
     reqs["N"] = make_request(ib, "N", SamplingParams(temperature=0.0, logit_bias={3: 50.0}), [1, 2, 3])
     batch.add_request(reqs["N"], index)
-    _check(sampler, batch, reqs, ["C", "N", "M"], {**EXPECTED, "C": _row(), "N": _row(bias={3: 50.0})},
-           "after N was resubmitted with a logit_bias")
+    _check(
+        sampler,
+        batch,
+        reqs,
+        ["C", "N", "M"],
+        {**EXPECTED, "C": _row(), "N": _row(bias={3: 50.0})},
+        "after N was resubmitted with a logit_bias",
+    )
     # A model without logits processors: nothing is laid out, the calls sample as they are.
     plain = make_batch(ib)
     plain_reqs = {"P": make_request(ib, "P", SamplingParams(temperature=0.0), [1, 2, 3])}
@@ -223,9 +254,17 @@ def check(trees: Trees) -> None:
     # A pooling model's request: HPUModelRunner.__init__ builds its InputBatch without
     # is_pooling_model, so remove_request() runs to the end for it too. It has no sampling params
     # and nothing was kept for it; removing it must not fail.
-    pooled = ib.CachedRequestState(req_id="E", prompt_token_ids=[1, 2, 3], mm_features=[], sampling_params=None,
-                                   generator=None, block_ids=[[1]], num_computed_tokens=0, output_token_ids=[],
-                                   pooling_params=SimpleNamespace(requires_token_ids=False))
+    pooled = ib.CachedRequestState(
+        req_id="E",
+        prompt_token_ids=[1, 2, 3],
+        mm_features=[],
+        sampling_params=None,
+        generator=None,
+        block_ids=[[1]],
+        num_computed_tokens=0,
+        output_token_ids=[],
+        pooling_params=SimpleNamespace(requires_token_ids=False),
+    )
     plain.add_request(pooled)
     plain.remove_request("E")
     # B finished two calls ago: the batch keeps nothing of it (a long-running server adds and
@@ -234,4 +273,5 @@ def check(trees: Trees) -> None:
     gc.collect()
     assert finished() is None, (
         "the batch still holds the sampling parameters of finished request B: every finished request's "
-        "parameters and prompt stay in memory")
+        "parameters and prompt stay in memory"
+    )

@@ -54,17 +54,19 @@ class _Stop(Exception):
 
 def _scheduled(rid: str) -> list[int]:
     prompt, computed, _, scheduled = REQUESTS[rid]
-    return prompt[computed:computed + scheduled]
+    return prompt[computed : computed + scheduled]
 
 
 def _compute_logits(hidden_states: torch.Tensor) -> torch.Tensor:
     assert hidden_states.dim() == 2 and hidden_states.shape[-1] == HIDDEN, (
         f"compute_logits got prompt hidden states of shape {tuple(hidden_states.shape)}, not [n, {HIDDEN}]: "
-        "the lm_head matmul raises in the worker and the engine dies")
+        "the lm_head matmul raises in the worker and the engine dies"
+    )
     # _get_prompt_logprobs_dict only asks for logits when num_logits > 0.
     assert hidden_states.shape[0] > 0, (
         "compute_logits got no prompt hidden states: the request's rows were sliced out of range, so "
-        "gathering its prompt logprobs raises in the worker and the engine dies")
+        "gathering its prompt logprobs raises in the worker and the engine dies"
+    )
     return hidden_states @ LM_HEAD.T
 
 
@@ -79,9 +81,11 @@ def _runner_class(trees: Trees, tensors_cls: Any) -> type[RunnerStandIn]:
 
 def _make_runner(runner_cls: type[RunnerStandIn], merged: bool, flat: bool) -> RunnerStandIn:
     order = list(REQUESTS)
-    scheduler_output = SimpleNamespace(num_scheduled_tokens={rid: len(_scheduled(rid)) for rid in order},
-                                       scheduled_spec_decode_tokens={},
-                                       kv_connector_metadata=None)
+    scheduler_output = SimpleNamespace(
+        num_scheduled_tokens={rid: len(_scheduled(rid)) for rid in order},
+        scheduled_spec_decode_tokens={},
+        kv_connector_metadata=None,
+    )
     runner = stand_in_runner(runner_cls, scheduler_output, order, merged_prefill=merged)
     runner.requests = {
         rid: SimpleNamespace(prompt_token_ids=list(prompt), num_computed_tokens=computed, output_token_ids=[])
@@ -93,7 +97,8 @@ def _make_runner(runner_cls: type[RunnerStandIn], merged: bool, flat: bool) -> R
     runner.sampler = SimpleNamespace(compute_logprobs=lambda logits: logits.log_softmax(dim=-1, dtype=torch.float32))
 
     runner._get_prompts_and_decodes = lambda *args, **kwargs: SimpleNamespace(
-        prompt_req_ids=list(order), decode_req_ids=[], prompt_scheduled_tokens=[len(_scheduled(r)) for r in order])
+        prompt_req_ids=list(order), decode_req_ids=[], prompt_scheduled_tokens=[len(_scheduled(r)) for r in order]
+    )
 
     # One prefill batch with the four requests, laid out as _form_prefill_batch does: one padded row
     # per request and a padding row (bucket 5 x SEQ), or all requests back to back in one row (merged
@@ -106,13 +111,25 @@ def _make_runner(runner_cls: type[RunnerStandIn], merged: bool, flat: bool) -> R
     else:
         token_ids = torch.tensor([r + [-1] * (SEQ - len(r)) for r in rows] + [[-1] * SEQ])
         ends = [i * SEQ + len(r) - 1 for i, r in enumerate(rows)]
-    prefill = PrefillData(request_ids=[order], prompt_lens=[None], token_ids=[token_ids], position_ids=[None],
-                          attn_metadata=[None], logits_indices=[torch.tensor([int(e) for e in ends])],
-                          logits_requests=[order])
+    prefill = PrefillData(
+        request_ids=[order],
+        prompt_lens=[None],
+        token_ids=[token_ids],
+        position_ids=[None],
+        attn_metadata=[None],
+        logits_indices=[torch.tensor([int(e) for e in ends])],
+        logits_requests=[order],
+    )
     runner._prepare_inputs = lambda *args, **kwargs: ((prefill, None), (None, None))
 
-    def execute_model_generic(token_ids: torch.Tensor, position_ids: Any, attn_metadata: Any,
-                              logits_indices: torch.Tensor, *args: Any, **kwargs: Any) -> tuple:
+    def execute_model_generic(
+        token_ids: torch.Tensor,
+        position_ids: Any,
+        attn_metadata: Any,
+        logits_indices: torch.Tensor,
+        *args: Any,
+        **kwargs: Any,
+    ) -> tuple:
         # Model stand-in: a token's hidden state is its embedding (zeros for padding).
         hidden = torch.where((token_ids >= 0).unsqueeze(-1), EMBED[token_ids.clamp(min=0)], 0.0)
         sample_hidden = hidden.reshape(-1, HIDDEN)[logits_indices]
@@ -163,11 +180,15 @@ def _reference(rid: str) -> tuple[slice, torch.Tensor, torch.Tensor, torch.Tenso
 
 def check(trees: Trees) -> None:
     assert trees.vllm_gaudi is not None and trees.vllm is not None, "needs the vllm-gaudi and vllm trees"
-    tensors_cls = load_function(trees.vllm / OUTPUTS, "LogprobsTensors", {
-        "NamedTuple": typing.NamedTuple,
-        "torch": torch,
-        "LogprobsLists": mock.MagicMock(name="LogprobsLists"),
-    })
+    tensors_cls = load_function(
+        trees.vllm / OUTPUTS,
+        "LogprobsTensors",
+        {
+            "NamedTuple": typing.NamedTuple,
+            "torch": torch,
+            "LogprobsLists": mock.MagicMock(name="LogprobsLists"),
+        },
+    )
     runner_cls = _runner_class(trees, tensors_cls)
     # Flat layout first: that is the qwen3_5_moe recipe.
     for merged, flat in ((False, True), (False, False), (True, True), (True, False)):
@@ -177,15 +198,18 @@ def check(trees: Trees) -> None:
         try:
             collected = _collected_hidden_states(runner)
         except IndexError as exc:
-            raise AssertionError(f"{layout}: sample_tokens fails collecting prompt-logprobs hidden states "
-                                 f"(IndexError: {exc}); the engine dies") from exc
+            raise AssertionError(
+                f"{layout}: sample_tokens fails collecting prompt-logprobs hidden states "
+                f"(IndexError: {exc}); the engine dies"
+            ) from exc
         try:
             result = runner._get_prompt_logprobs_dict(collected, scheduler_output)
         except AssertionError as exc:
             raise AssertionError(f"{layout}: {exc}") from exc
         except RuntimeError as exc:  # e.g. gathering targets for more rows than there are logits
-            raise AssertionError(f"{layout}: computing prompt logprobs fails in the worker ({exc}); "
-                                 "the engine dies") from exc
+            raise AssertionError(
+                f"{layout}: computing prompt logprobs fails in the worker ({exc}); the engine dies"
+            ) from exc
         with_logprobs = sorted(rid for rid, (_, _, n, _) in REQUESTS.items() if n is not None)
         expected = [rid for rid in with_logprobs if _final_chunk(rid)]
         assert sorted(result) == expected, f"{layout}: prompt logprobs returned for {sorted(result)}, not {expected}"
@@ -194,8 +218,12 @@ def check(trees: Trees) -> None:
         for rid in with_logprobs:
             chunk, ids, logprobs, ranks = _reference(rid)
             got = result[rid] if _final_chunk(rid) else in_progress[rid]
-            same = (torch.equal(got.logprob_token_ids[chunk], ids)
-                    and torch.equal(got.selected_token_ranks[chunk], ranks)
-                    and torch.allclose(got.logprobs[chunk], logprobs))
-            assert same, (f"{layout}: prompt logprobs of {rid} are computed from other tokens' hidden states: ids "
-                          f"{got.logprob_token_ids[chunk].tolist()}, expected {ids.tolist()}")
+            same = (
+                torch.equal(got.logprob_token_ids[chunk], ids)
+                and torch.equal(got.selected_token_ranks[chunk], ranks)
+                and torch.allclose(got.logprobs[chunk], logprobs)
+            )
+            assert same, (
+                f"{layout}: prompt logprobs of {rid} are computed from other tokens' hidden states: ids "
+                f"{got.logprob_token_ids[chunk].tolist()}, expected {ids.tolist()}"
+            )

@@ -42,9 +42,17 @@ BLOCK = 16
 # --- the runner's real code ---
 
 RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
-METHODS = ("_ensure_decodes_first", "_is_prompt", "is_decoder_only", "_get_prompts_and_decodes",
-           "_extract_prefill_batch_contents", "_can_merge_prefill_contents", "_get_attention_group_id_for_hybrid",
-           "_get_prompt_bucketing_fn", "_resolve_block")
+METHODS = (
+    "_ensure_decodes_first",
+    "_is_prompt",
+    "is_decoder_only",
+    "_get_prompts_and_decodes",
+    "_extract_prefill_batch_contents",
+    "_can_merge_prefill_contents",
+    "_get_attention_group_id_for_hybrid",
+    "_get_prompt_bucketing_fn",
+    "_resolve_block",
+)
 
 
 class BucketingFailedException(Exception):
@@ -57,8 +65,9 @@ def _module_defs(tree: ast.Module) -> dict[str, ast.stmt]:
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             defs[node.name] = node
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
-                and isinstance(node.value, ast.Lambda):
+        elif (
+            isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(node.value, ast.Lambda)
+        ):
             defs[node.target.id] = node
     return defs
 
@@ -77,8 +86,7 @@ def _module_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _compile_into(node: ast.stmt, ns: dict[str, Any], defs: dict[str, ast.stmt], others: set[str],
-                  path: Path) -> None:
+def _compile_into(node: ast.stmt, ns: dict[str, Any], defs: dict[str, ast.stmt], others: set[str], path: Path) -> None:
     """Execute ``node`` in ``ns``, first defining the runner's module-level names it uses.
 
     The runner's own functions, classes and helpers are compiled from its source; names it imports
@@ -101,10 +109,20 @@ def load_runner(trees: Trees, ib: types.ModuleType) -> tuple[type, Any]:
     defs = _module_defs(tree)
     others = _module_names(tree) - set(defs)
     ns: dict[str, Any] = {
-        "__builtins__": __builtins__, "np": np, "torch": torch, "Mapping": Mapping, "Optional": Optional,
-        "Union": Union, "Any": Any, "Callable": Callable, "dataclass": dataclasses.dataclass,
-        "field": dataclasses.field, "fields": dataclasses.fields, "itertools": itertools,
-        "InputBatch": ib.InputBatch, "BucketingFailedException": BucketingFailedException,
+        "__builtins__": __builtins__,
+        "np": np,
+        "torch": torch,
+        "Mapping": Mapping,
+        "Optional": Optional,
+        "Union": Union,
+        "Any": Any,
+        "Callable": Callable,
+        "dataclass": dataclasses.dataclass,
+        "field": dataclasses.field,
+        "fields": dataclasses.fields,
+        "itertools": itertools,
+        "InputBatch": ib.InputBatch,
+        "BucketingFailedException": BucketingFailedException,
     }
     methods: dict[str, Any] = {}
     for name in METHODS:
@@ -117,8 +135,9 @@ def load_runner(trees: Trees, ib: types.ModuleType) -> tuple[type, Any]:
     head = load_node(path, "HPUModelRunner.sample_tokens")
     assert isinstance(head, ast.FunctionDef)
     for i, stmt in enumerate(head.body):
-        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "num_decodes"
-                                                for t in stmt.targets):
+        if isinstance(stmt, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "num_decodes" for t in stmt.targets
+        ):
             head.body = head.body[:i] + [added_at(ast.Return(ast.Name("pd_info", ast.Load())), path)]
             break
     else:
@@ -148,8 +167,13 @@ def check(trees: Trees) -> None:
     _scene(ib, runner_cls, a_computed=0, b_hit=False)
 
 
-def _scene(ib: types.ModuleType, runner_cls: type, a_computed: int | None,
-           layout: tuple[str, ...] = ("A", "D1", "X", "D2", "Y"), b_hit: bool = True) -> None:
+def _scene(
+    ib: types.ModuleType,
+    runner_cls: type,
+    a_computed: int | None,
+    layout: tuple[str, ...] = ("A", "D1", "X", "D2", "Y"),
+    b_hit: bool = True,
+) -> None:
     """``layout``: the batch rows before the step; X and Y finish, B takes X's row, Y's row is left empty."""
     batch = make_batch(ib)
     greedy = SamplingParams(temperature=0.0)
@@ -161,8 +185,14 @@ def _scene(ib: types.ModuleType, runner_cls: type, a_computed: int | None,
         "X": make_request(ib, "X", greedy, [4] * 16, [6], num_computed=16, blocks=[35, 36]),
         "D2": make_request(ib, "D2", greedy, [2] * 16, [5], num_computed=16, blocks=[40, 41]),
         "Y": make_request(ib, "Y", greedy, [6] * 16, [6], num_computed=16, blocks=[45, 46]),
-        "B": make_request(ib, "B", greedy, prompt_b, num_computed=48 if b_hit else 0,
-                          blocks=[10, 11, 12, 20] if b_hit else [20, 21, 22, 23]),
+        "B": make_request(
+            ib,
+            "B",
+            greedy,
+            prompt_b,
+            num_computed=48 if b_hit else 0,
+            blocks=[10, 11, 12, 20] if b_hit else [20, 21, 22, 23],
+        ),
     }
     reqs = {rid: req for rid, req in reqs.items() if rid in layout + ("B",) and (rid, a_computed) != ("A", None)}
     for i, rid in enumerate(r for r in layout if r in reqs):
@@ -175,11 +205,19 @@ def _scene(ib: types.ModuleType, runner_cls: type, a_computed: int | None,
     batch.condense([last])
     batch.refresh_sampling_metadata()
     # Scheduling order: running requests (D1, A, D2), then the new request B.
-    scheduled = {rid: n for rid, n in (("D1", 1), ("A", 64 - (a_computed or 0)), ("D2", 1),
-                                       ("B", 8 if b_hit else 56)) if rid in batch.req_id_to_index}
+    scheduled = {
+        rid: n
+        for rid, n in (("D1", 1), ("A", 64 - (a_computed or 0)), ("D2", 1), ("B", 8 if b_hit else 56))
+        if rid in batch.req_id_to_index
+    }
     prompts = [["A"], ["B"]] if a_computed is not None else [["B"]]
-    sched = SimpleNamespace(num_scheduled_tokens=scheduled, total_num_scheduled_tokens=sum(scheduled.values()),
-                            scheduled_spec_decode_tokens={}, kv_connector_metadata=None, finished_req_ids=set())
+    sched = SimpleNamespace(
+        num_scheduled_tokens=scheduled,
+        total_num_scheduled_tokens=sum(scheduled.values()),
+        scheduled_spec_decode_tokens={},
+        kv_connector_metadata=None,
+        finished_req_ids=set(),
+    )
 
     runner = runner_cls()
     runner.input_batch = batch
@@ -200,26 +238,30 @@ def _scene(ib: types.ModuleType, runner_cls: type, a_computed: int | None,
     splits: list[list[str]] = []
 
     def get_prompts_and_decodes(scheduler_output: Any) -> Any:
-        splits.append(list(batch.req_ids[:batch.num_reqs]))
+        splits.append(list(batch.req_ids[: batch.num_reqs]))
         return runner_cls._get_prompts_and_decodes(runner, scheduler_output)
 
     runner._get_prompts_and_decodes = get_prompts_and_decodes
     pd_info = runner.sample_tokens_head(None)
     num_decodes, num_prefills = len(pd_info.decode_req_ids), len(pd_info.prompt_req_ids)
     decodes = [rid for rid in ("D1", "D2") if rid in scheduled]
-    assert sorted(pd_info.decode_req_ids) == decodes and sorted(pd_info.prompt_req_ids) == sum(prompts, []), \
+    assert sorted(pd_info.decode_req_ids) == decodes and sorted(pd_info.prompt_req_ids) == sum(prompts, []), (
         f"unexpected prompt/decode split {pd_info}"
+    )
     # The split is made again if, and only if, rows moved after it: a second one for nothing is
     # one more pass over the batch in every step (the reorder runs in each).
-    moved = batch.req_ids[:batch.num_reqs] != splits[0]
+    moved = batch.req_ids[: batch.num_reqs] != splits[0]
     assert len(splits) == 1 + moved, (
         f"A with {a_computed} computed: {len(splits)} prompt/decode splits of the batch {splits}, rows "
-        f"{'moved' if moved else 'did not move'} after the first")
+        f"{'moved' if moved else 'did not move'} after the first"
+    )
     assert b_hit or not moved, (
-        f"no prefill has context, yet the prefill rows moved from {splits[0]} to {batch.req_ids[:batch.num_reqs]}")
-    assert list(pd_info.prompt_req_ids) == batch.req_ids[num_decodes:batch.num_reqs], \
+        f"no prefill has context, yet the prefill rows moved from {splits[0]} to {batch.req_ids[: batch.num_reqs]}"
+    )
+    assert list(pd_info.prompt_req_ids) == batch.req_ids[num_decodes : batch.num_reqs], (
         f"prompt list {pd_info.prompt_req_ids} does not follow the batch {batch.req_ids}"
-    num_scheduled = [scheduled[rid] for rid in batch.req_ids[:batch.num_reqs]]
+    )
+    num_scheduled = [scheduled[rid] for rid in batch.req_ids[: batch.num_reqs]]
     contents, _ = runner._extract_prefill_batch_contents(num_prefills, num_decodes, num_scheduled)
     passes = [c for c in contents if c.req_ids]
     order = [c.req_ids for c in passes]
@@ -227,10 +269,11 @@ def _scene(ib: types.ModuleType, runner_cls: type, a_computed: int | None,
     reads: list[tuple[int, str, int]] = []
     writes: dict[int, tuple[int, str]] = {}
     for k, content in enumerate(passes):
-        for rid, ctx, tokens, blocks in zip(content.req_ids, content.context_lens, content.token_ids,
-                                            content.blocks, strict=True):
-            reads += [(k, rid, b) for b in blocks[:ctx // BLOCK]]
-            for b in blocks[ctx // BLOCK:(ctx + len(tokens) - 1) // BLOCK + 1]:
+        for rid, ctx, tokens, blocks in zip(
+            content.req_ids, content.context_lens, content.token_ids, content.blocks, strict=True
+        ):
+            reads += [(k, rid, b) for b in blocks[: ctx // BLOCK]]
+            for b in blocks[ctx // BLOCK : (ctx + len(tokens) - 1) // BLOCK + 1]:
                 writes.setdefault(b, (k, rid))
     for k, rid, b in reads:
         if b in writes and writes[b][0] > k:
@@ -238,6 +281,7 @@ def _scene(ib: types.ModuleType, runner_cls: type, a_computed: int | None,
             raise AssertionError(
                 f"prefill forward pass {k} ({rid}) reads prefix-cache block {b} before pass {j} ({writer}) "
                 f"writes it in the same step (A with {a_computed} computed tokens); "
-                f"scheduling order {list(scheduled)}, forward passes {order}")
+                f"scheduling order {list(scheduled)}, forward passes {order}"
+            )
     if b_hit:
         assert order == prompts, f"A with {a_computed} computed: expected forward passes {prompts}, got {order}"

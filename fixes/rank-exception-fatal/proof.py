@@ -174,9 +174,7 @@ def check(trees: Trees) -> None:
     ctx = multiprocessing.get_context("fork")
     rpc, report = ctx.Queue(), ctx.Queue()
     ready_reader, ready_writer = ctx.Pipe(duplex=False)
-    vllm_config = SimpleNamespace(
-        parallel_config=SimpleNamespace(assigned_physical_gpu_ids=None, numa_bind=False)
-    )
+    vllm_config = SimpleNamespace(parallel_config=SimpleNamespace(assigned_physical_gpu_ids=None, numa_bind=False))
     proc = ctx.Process(
         target=worker_main,
         kwargs={

@@ -80,7 +80,9 @@ def _body_model(root: Path, route: str, error: type) -> type[BaseModel]:
 
 def _app(root: Path) -> FastAPI:
     validate_json_request = load_function(
-        root / API_UTILS, "validate_json_request", {"Request": Request, "RequestValidationError": RequestValidationError}
+        root / API_UTILS,
+        "validate_json_request",
+        {"Request": Request, "RequestValidationError": RequestValidationError},
     )
     error = load_function(root / "vllm/exceptions.py", "VLLMValidationError", {"Any": Any})
     app = FastAPI()

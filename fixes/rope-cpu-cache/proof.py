@@ -187,9 +187,7 @@ def _variants(rope: Any, hpu: Any) -> dict[str, Any]:
         "HPUPhi3LongRoPEScaledRotaryEmbedding": lambda: hpu.HPUPhi3LongRoPEScaledRotaryEmbedding(
             64, ROTARY_DIM, MAX_POSITION, 4096, 10000.0, True, bf16, [1.0] * PAIRS, [1.0] + [2.0] * (PAIRS - 1)
         ),
-        "HPULlama4VisionRotaryEmbedding": lambda: hpu.HPULlama4VisionRotaryEmbedding(
-            88, 88, 576, 10000.0, False, bf16
-        ),
+        "HPULlama4VisionRotaryEmbedding": lambda: hpu.HPULlama4VisionRotaryEmbedding(88, 88, 576, 10000.0, False, bf16),
         # mrope caches 4 * max_position rows (angles up to that, pair 0), yarn twice that: a quarter
         # of MAX_POSITION still reaches past the threshold, with a quarter of the table to build.
         "HPUMRotaryEmbedding(yarn)": lambda: hpu.HPUMRotaryEmbedding(
@@ -242,8 +240,10 @@ def check(trees: Any) -> None:
             diff = (_plain(table).double() - cpu_table.double()).abs()
             if diff.max().item() > 1e-6:
                 rows = diff.amax(dim=-1).nonzero().flatten()
-                problems.append(f"{name}: the HPU model's table is off from the CPU table by up to "
-                                f"{diff.max().item():.3e} (rows {rows.min().item()} to {rows.max().item()})")
+                problems.append(
+                    f"{name}: the HPU model's table is off from the CPU table by up to "
+                    f"{diff.max().item():.3e} (rows {rows.min().item()} to {rows.max().item()})"
+                )
 
     # 2. Qwen3.5 (interleaved mrope, partial rotary 0.25 of head 256, theta 1e7) against fp64, at
     #    positions past 196K. mrope caches 4 * max_position rows.
@@ -275,15 +275,20 @@ def check(trees: Any) -> None:
             phi3 = _variants(rope, hpu)["HPUPhi3LongRoPEScaledRotaryEmbedding"]()
             by_position = phi3._compute_cos_sin_cache(4096, [1.0] * PAIRS, 1.5)
             try:
-                by_keyword = phi3._compute_cos_sin_cache(max_position_embeddings=4096, rescale_factors=[1.0] * PAIRS,
-                                                         mscale=1.5)
+                by_keyword = phi3._compute_cos_sin_cache(
+                    max_position_embeddings=4096, rescale_factors=[1.0] * PAIRS, mscale=1.5
+                )
             except TypeError as exc:
-                problems.append(f"{where} default device: Phi3LongRoPE _compute_cos_sin_cache called with keyword "
-                                f"arguments fails: {exc}")
+                problems.append(
+                    f"{where} default device: Phi3LongRoPE _compute_cos_sin_cache called with keyword "
+                    f"arguments fails: {exc}"
+                )
                 continue
         if not torch.equal(_plain(by_keyword), _plain(by_position)):
-            problems.append(f"{where} default device: Phi3LongRoPE _compute_cos_sin_cache gives another table "
-                            "with keyword arguments")
+            problems.append(
+                f"{where} default device: Phi3LongRoPE _compute_cos_sin_cache gives another table "
+                "with keyword arguments"
+            )
 
     if problems:
         raise AssertionError("RoPE tables of a model built on the HPU are not accurate:\n  " + "\n  ".join(problems))

@@ -34,9 +34,13 @@ def _expect(md: Any, row: int, req_id: str, params: dict[str, float], prompt: li
         "frequency_penalty": float(md.frequency_penalties[row]),
         "presence_penalty": float(md.presence_penalties[row]),
     }
-    want = {"temperature": params["temperature"], "top_p": params["top_p"], "top_k": params["top_k"],
-            "frequency_penalty": params.get("frequency_penalty", 0.0),
-            "presence_penalty": params.get("presence_penalty", 0.0)}
+    want = {
+        "temperature": params["temperature"],
+        "top_p": params["top_p"],
+        "top_k": params["top_k"],
+        "frequency_penalty": params.get("frequency_penalty", 0.0),
+        "presence_penalty": params.get("presence_penalty", 0.0),
+    }
     assert got == want, f"{what}: row {row} ({req_id}) is sampled with {got}, its own parameters are {want}"
     ids = [t for t in md.prompt_token_ids[row].tolist() if t != VOCAB]
     assert ids == prompt, f"{what}: row {row} ({req_id}) gets penalty prompt tokens {ids}, its prompt is {prompt}"

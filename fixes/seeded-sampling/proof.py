@@ -87,8 +87,9 @@ class _EmulatedHpu(TorchFunctionMode):
                 raise _DeviceFailure(f"{name}(generator=<per-request HPU generator>): segfaults in lazy mode")
             on_device = [a for a in args if isinstance(a, torch.Tensor) and a.device.type == STAND_IN]
             if on_device:
-                raise _DeviceFailure(f"{name}(generator=<cpu generator>) on an HPU tensor: generator of another "
-                                     "device type")
+                raise _DeviceFailure(
+                    f"{name}(generator=<cpu generator>) on an HPU tensor: generator of another device type"
+                )
         return func(*args, **kwargs)
 
 
@@ -138,6 +139,7 @@ def _install_plugin_patches(trees: Trees) -> None:
             except Exception as exc:  # noqa: BLE001 - an installer for stand-in modules; see the docstring
                 failed.append(f"{name}: {exc!r}")
                 return None
+
         return run
 
     for name, value in list(vars(patches).items()):
@@ -165,15 +167,29 @@ def _runner_generators(ib: types.ModuleType, runner_cls: type, seeds: dict[int, 
         params = SamplingParams(temperature=1.0)
         if seed is not None:
             params.sampling_type, params.seed = SamplingType.RANDOM_SEED, seed
-        new_reqs.append(SimpleNamespace(req_id=f"r{row}", prompt_token_ids=[1, 2, 3], mm_features=[],
-                                        sampling_params=params, pooling_params=None, block_ids=[[row + 1]],
-                                        num_computed_tokens=0, lora_request=None))
-    sched = SimpleNamespace(finished_req_ids=set(), free_encoder_mm_hashes=[],
-                            num_scheduled_tokens={r.req_id: 3 for r in new_reqs}, scheduled_new_reqs=new_reqs,
-                            scheduled_cached_reqs=SimpleNamespace(req_ids=[]), scheduled_spec_decode_tokens={})
+        new_reqs.append(
+            SimpleNamespace(
+                req_id=f"r{row}",
+                prompt_token_ids=[1, 2, 3],
+                mm_features=[],
+                sampling_params=params,
+                pooling_params=None,
+                block_ids=[[row + 1]],
+                num_computed_tokens=0,
+                lora_request=None,
+            )
+        )
+    sched = SimpleNamespace(
+        finished_req_ids=set(),
+        free_encoder_mm_hashes=[],
+        num_scheduled_tokens={r.req_id: 3 for r in new_reqs},
+        scheduled_new_reqs=new_reqs,
+        scheduled_cached_reqs=SimpleNamespace(req_ids=[]),
+        scheduled_spec_decode_tokens={},
+    )
     runner._update_states(sched)
     batch = runner.input_batch
-    assert batch.req_ids[:len(seeds)] == [f"r{row}" for row in seeds], f"rows {batch.req_ids}"
+    assert batch.req_ids[: len(seeds)] == [f"r{row}" for row in seeds], f"rows {batch.req_ids}"
     return dict(batch.generators)
 
 
@@ -185,10 +201,17 @@ def _probs(rows: int, device: str) -> torch.Tensor:
 def check(trees: Trees) -> None:
     assert trees.vllm_gaudi is not None and trees.vllm is not None, "needs the vllm-gaudi and vllm trees"
     ib = load_input_batch(trees)
-    runner_cls = runner_class(trees.vllm_gaudi / RUNNER, ["_update_states"], {
-        "torch": _HpuTorch(), "SamplingType": SamplingType, "CachedRequestState": ib.CachedRequestState,
-        "get_pp_group": lambda: SimpleNamespace(is_last_rank=True), "cast": cast,
-    })
+    runner_cls = runner_class(
+        trees.vllm_gaudi / RUNNER,
+        ["_update_states"],
+        {
+            "torch": _HpuTorch(),
+            "SamplingType": SamplingType,
+            "CachedRequestState": ib.CachedRequestState,
+            "get_pp_group": lambda: SimpleNamespace(is_last_rank=True),
+            "cast": cast,
+        },
+    )
     recorded: list[torch.Tensor] = []
     tts = _sampler_module(trees, recorded)
     stock = tts.random_sample
@@ -242,11 +265,15 @@ def check(trees: Trees) -> None:
             q_want, q_got = recorded
             rows = [r for r in range(4) if not torch.equal(q_want[r], q_got[r])]
             if rows or not torch.equal(want, got) or q_want.dtype != q_got.dtype:
-                problems.append(f"seeds {seeds}, fp64={fp64}: noise differs from vLLM's CPU sampling in rows {rows} "
-                                f"({q_got.dtype} vs {q_want.dtype}), samples {got.tolist()} != {want.tolist()}")
+                problems.append(
+                    f"seeds {seeds}, fp64={fp64}: noise differs from vLLM's CPU sampling in rows {rows} "
+                    f"({q_got.dtype} vs {q_want.dtype}), samples {got.tolist()} != {want.tolist()}"
+                )
             if not torch.equal(torch.get_rng_state(), rng_want):
-                problems.append(f"seeds {seeds}, fp64={fp64}: the global RNG advanced differently from vLLM's CPU "
-                                "sampling (an unseeded draw vLLM does not make, or a missing one)")
+                problems.append(
+                    f"seeds {seeds}, fp64={fp64}: the global RNG advanced differently from vLLM's CPU "
+                    "sampling (an unseeded draw vLLM does not make, or a missing one)"
+                )
 
     if problems:
         raise AssertionError("seeded sampling on HPU:\n  " + "\n  ".join(dict.fromkeys(problems)))

@@ -26,7 +26,7 @@ from fixpack.proofkit import Trees
 
 RUNNER = "vllm_gaudi/v1/worker/hpu_model_runner.py"
 REAL_METHODS = ("sample_tokens", "_run_sampling", "_prepare_sampling", "_generate_req_id_output_token_ids_lst")
-REAL_IF_PRESENT = ("_get_structured_output_request_order", )
+REAL_IF_PRESENT = ("_get_structured_output_request_order",)
 
 VOCAB = 16
 HIDDEN = 4
@@ -73,8 +73,9 @@ def _make_runner(path: Path) -> tuple[RunnerStandIn, list[dict[str, Any]]]:
     runner = stand_in_runner(runner_class(path, names, base), scheduler_output, list(order))
     runner.requests = {rid: SimpleNamespace(output_token_ids=[], prompt_token_ids=[1, 2, 3]) for rid in order}
 
-    def make_selective_sampling_metadata(req_id_output_token_ids: list, skip_copy: bool = False,
-                                         **kwargs: Any) -> SimpleNamespace:
+    def make_selective_sampling_metadata(
+        req_id_output_token_ids: list, skip_copy: bool = False, **kwargs: Any
+    ) -> SimpleNamespace:
         # Row r of the metadata is request req_id_output_token_ids[r] (req_indices in the real one).
         rows = [rid for rid, _ in req_id_output_token_ids]
         return SimpleNamespace(req_ids=rows, temperature=torch.tensor([TEMPERATURE[r] for r in rows]))
@@ -83,7 +84,8 @@ def _make_runner(path: Path) -> tuple[RunnerStandIn, list[dict[str, Any]]]:
     runner.input_batch.make_selective_sampling_metadata = make_selective_sampling_metadata
 
     runner._get_prompts_and_decodes = lambda *args, **kwargs: SimpleNamespace(
-        prompt_req_ids=list(PROMPTS), decode_req_ids=list(DECODES), prompt_scheduled_tokens=[PROMPT_LEN] * 2)
+        prompt_req_ids=list(PROMPTS), decode_req_ids=list(DECODES), prompt_scheduled_tokens=[PROMPT_LEN] * 2
+    )
     runner.apply_grammar_bitmask = lambda *args, **kwargs: None
 
     # One prefill batch per prompt, as for hybrid models; token ids carry the request's code.
@@ -97,16 +99,19 @@ def _make_runner(path: Path) -> tuple[RunnerStandIn, list[dict[str, Any]]]:
         prefill.logits_indices.append(torch.tensor([PROMPT_LEN - 1]))
         prefill.logits_requests.append([rid])
     # Decodes padded to a bucket of 4 rows; the padding rows carry token 0.
-    decode = SimpleNamespace(num_decodes=len(DECODES),
-                             token_ids=torch.tensor([[CODE[r]] for r in DECODES] + [[0], [0]]),
-                             position_ids=None,
-                             attn_metadata=None,
-                             logits_indices=None,
-                             spec_decode_metadata=None)
+    decode = SimpleNamespace(
+        num_decodes=len(DECODES),
+        token_ids=torch.tensor([[CODE[r]] for r in DECODES] + [[0], [0]]),
+        position_ids=None,
+        attn_metadata=None,
+        logits_indices=None,
+        spec_decode_metadata=None,
+    )
     runner._prepare_inputs = lambda *args, **kwargs: ((prefill, None), (decode, None))
 
-    def execute_model_generic(token_ids: torch.Tensor, position_ids: Any, attn_metadata: Any,
-                              logits_indices: Any, *args: Any, **kwargs: Any) -> tuple:
+    def execute_model_generic(
+        token_ids: torch.Tensor, position_ids: Any, attn_metadata: Any, logits_indices: Any, *args: Any, **kwargs: Any
+    ) -> tuple:
         # Model stand-in: one logits row per sequence, peaked at the request's code.
         codes = token_ids[:, -1]
         logits = torch.nn.functional.one_hot(codes.long(), VOCAB).float()
@@ -118,11 +123,13 @@ def _make_runner(path: Path) -> tuple[RunnerStandIn, list[dict[str, Any]]]:
     def sampler(logits: torch.Tensor, sampling_metadata: SimpleNamespace) -> SimpleNamespace:
         owner = {code: rid for rid, code in CODE.items()}
         codes = logits.argmax(dim=-1)
-        calls.append({
-            "logits_rows": [owner.get(int(c), "padding") for c in codes],
-            "metadata_rows": list(sampling_metadata.req_ids),
-            "temperature": sampling_metadata.temperature.tolist(),
-        })
+        calls.append(
+            {
+                "logits_rows": [owner.get(int(c), "padding") for c in codes],
+                "metadata_rows": list(sampling_metadata.req_ids),
+                "temperature": sampling_metadata.temperature.tolist(),
+            }
+        )
         # sample_tokens goes on to record the call's logprobs rows with their request ids; it is
         # stopped where it next copies the batch's request ids, after that (_StopAtCopy).
         runner.input_batch.req_ids = _StopAtCopy(runner.input_batch.req_ids, calls[-1])
@@ -135,8 +142,9 @@ def _make_runner(path: Path) -> tuple[RunnerStandIn, list[dict[str, Any]]]:
 def check(trees: Trees) -> None:
     assert trees.vllm_gaudi is not None, "needs the vllm-gaudi tree"
     runner, calls = _make_runner(trees.vllm_gaudi / RUNNER)
-    grammar_output = SimpleNamespace(structured_output_request_ids=list(DECODES + PROMPTS),
-                                     grammar_bitmask=np.zeros((4, 1), dtype=np.int32))
+    grammar_output = SimpleNamespace(
+        structured_output_request_ids=list(DECODES + PROMPTS), grammar_bitmask=np.zeros((4, 1), dtype=np.int32)
+    )
     try:
         runner.sample_tokens(grammar_output)
     except _Stop:
@@ -149,11 +157,13 @@ def check(trees: Trees) -> None:
         raise RuntimeError(f"unexpected logits rows {logits_rows}")
     wrong = [
         f"row {r}: logits of {lr} sampled with {mr}'s parameters (temperature {t:.2f} instead of {TEMPERATURE[lr]:.2f})"
-        for r, (lr, mr, t) in enumerate(zip(logits_rows, metadata_rows, call["temperature"], strict=False)) if lr != mr
+        for r, (lr, mr, t) in enumerate(zip(logits_rows, metadata_rows, call["temperature"], strict=False))
+        if lr != mr
     ]
     assert not wrong and len(metadata_rows) == len(logits_rows), (
         "structured-output step samples each row with another request's sampling metadata; logits rows "
-        f"{logits_rows}, metadata rows {metadata_rows}: " + "; ".join(wrong))
+        f"{logits_rows}, metadata rows {metadata_rows}: " + "; ".join(wrong)
+    )
     # The call's logprobs rows are its logits rows: they are attributed to the same request ids.
     segments = call.get("logprobs_segments")
     if segments is None:
@@ -161,4 +171,5 @@ def check(trees: Trees) -> None:
     got = [(list(ids), lp) for ids, lp in segments if lp is LOGPROBS]
     assert got == [(logits_rows, LOGPROBS)], (
         f"structured-output step attributes its logprobs rows to {[ids for ids, _ in got]}, "
-        f"its logits rows are {logits_rows}")
+        f"its logits rows are {logits_rows}"
+    )

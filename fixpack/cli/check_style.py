@@ -9,8 +9,9 @@ from . import render
 from .options import catalog
 
 
-def style_check(fixes: tuple[str, ...], profile: str | None, dist: str | None, sources: dict[str, Path],
-                as_json: bool) -> int:
+def style_check(
+    fixes: tuple[str, ...], profile: str | None, dist: str | None, sources: dict[str, Path], as_json: bool
+) -> int:
     """``diff --check-style``: the report of each fix, exit 1 when one fails."""
     from ..commands.maintain.style import check_style
 
@@ -23,8 +24,11 @@ def style_check(fixes: tuple[str, ...], profile: str | None, dist: str | None, s
     width = max((len(f.fix) for f in report.fixes), default=0)
     for f in report.fixes:
         words = {tool: {fs.checks.get(tool) for fs in f.files} for tool in sorted(report.tools)}
-        checks = [f"{tool} {next(w for w in ('fails', 'passes', 'not-run') if w in said)}"
-                  for tool, said in words.items() if said - {None}]
+        checks = [
+            f"{tool} {next(w for w in ('fails', 'passes', 'not-run') if w in said)}"
+            for tool, said in words.items()
+            if said - {None}
+        ]
         word = "FAILS " if f.failed else "passes" if f.ok else "-     "
         print(f"  {f.fix:<{width}}  {word}  {f.dist}: {f.note or ', '.join(checks)}")
         for fs in f.files:
@@ -34,6 +38,8 @@ def style_check(fixes: tuple[str, ...], profile: str | None, dist: str | None, s
     passed = sum(1 for f in report.fixes if f.ok)
     unchecked = len(report.fixes) - passed - len(failed)
     which = f" ({', '.join(failed)})" if failed else ""
-    print(f"fixpack diff --check-style: {passed} pass, {len(failed)} fail{which}"
-          + (f", {unchecked} not checked" if unchecked else ""))
+    print(
+        f"fixpack diff --check-style: {passed} pass, {len(failed)} fail{which}"
+        + (f", {unchecked} not checked" if unchecked else "")
+    )
     return 1 if failed else 0

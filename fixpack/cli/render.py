@@ -180,9 +180,7 @@ def profile_json(p: Profile) -> dict[str, Any]:
     return {
         "name": p.name,
         "release": p.release,
-        "pins": [
-            {"dist": x.dist, "version": x.version, "commits": list(x.commits), "match": x.match} for x in p.pins
-        ],
+        "pins": [{"dist": x.dist, "version": x.version, "commits": list(x.commits), "match": x.match} for x in p.pins],
         "pack": list(p.pack),
         "opt_ins": list(p.opt_ins),
         "draft": p.draft or None,
@@ -272,8 +270,10 @@ def coverage_human(verdicts: list[Any]) -> None:
         for ln in c.excluded:
             print(f"      unreachable {ln.id}: {ln.where}: {c.unreachable[ln.id]}")
         if c.unmatched:
-            print(f"      declared unreachable, but no such unrun line (run now, or no such line): "
-                  f"{', '.join(c.unmatched)}")
+            print(
+                f"      declared unreachable, but no such unrun line (run now, or no such line): "
+                f"{', '.join(c.unmatched)}"
+            )
     covered = sum(len(c.lines) - len(c.unrun) - len(c.excluded) for c in reports)
     total, excluded = sum(len(c.lines) for c in reports), sum(len(c.excluded) for c in reports)
     unrun = sum(len(c.unrun) for c in reports)

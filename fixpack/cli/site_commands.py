@@ -59,7 +59,9 @@ APPLY_ENVIRONMENT = (
     "FIXPACK_RUNTIME_CHECK",
     "FIXPACK_AGREE_TIMEOUT",
 )
-APPLY_EPILOG = help_block(APPLY_ENVIRONMENT) + """\b
+APPLY_EPILOG = (
+    help_block(APPLY_ENVIRONMENT)
+    + """\b
 --exec CMD [ARGS...]   last on the line: once applied (exit 0), replace this
                        process with CMD, with DIR on PYTHONPATH for --overlay DIR;
                        with --recipe, the recipe's rules are checked on CMD's
@@ -69,6 +71,7 @@ APPLY_EPILOG = help_block(APPLY_ENVIRONMENT) + """\b
 \b
 Exit codes: 0 done; 1 refused (nothing changed); 2 usage; 3 environment.
 """
+)
 
 
 @click.command(cls=ExecCommand, context_settings={"help_option_names": ["-h", "--help"]}, epilog=APPLY_EPILOG)

@@ -57,8 +57,16 @@ from .options import sources as parse_sources
 @JSON
 @guard(_ok_error)
 def diff(
-    fixes: tuple[str, ...], profile: str | None, fmt: str, dist: str | None, author: str, signoff: bool,
-    onto: tuple[str, ...], check_style: bool, sources: tuple[str, ...], as_json: bool,
+    fixes: tuple[str, ...],
+    profile: str | None,
+    fmt: str,
+    dist: str | None,
+    author: str,
+    signoff: bool,
+    onto: tuple[str, ...],
+    check_style: bool,
+    sources: tuple[str, ...],
+    as_json: bool,
 ) -> int:
     """Fixes as patches for upstream: a unified diff, an mbox that git am takes at the pinned commit
     (the cookbook's facts below each message's --- line), or the title and body of each fix's PR."""
@@ -107,6 +115,7 @@ def upstream(fixes: tuple[str, ...], profile: str | None, sources: tuple[str, ..
     The trees are copied to a scratch folder and never written. Exits 0 once the report is made.
     """
     from ..commands.maintain.upstream import upstream as run
+
     _proofs_can_run()
     report = run(catalog(), fixes, profile, parse_sources(sources), jobs)
     if as_json:
@@ -124,4 +133,3 @@ def upstream(fixes: tuple[str, ...], profile: str | None, sources: tuple[str, ..
     counts = ", ".join(f"{n} {word}" for word, n in report.counts().items() if n)
     print(f"fixpack upstream: profile {report.profile}: {counts}")
     return 0
-

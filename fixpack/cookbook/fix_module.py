@@ -111,8 +111,11 @@ def load_fix(fix_dir: Path) -> Fix:
         paths = [fd.path for fd in per_file]
         twice = sorted({p for p in paths if paths.count(p) > 1})
         if twice:
-            raise invalid(where, f"release {release!r}: {', '.join(twice)} is in both {hand} and {transforms}: "
-                                 "a file is a transform or a diff, not both")
+            raise invalid(
+                where,
+                f"release {release!r}: {', '.join(twice)} is in both {hand} and {transforms}: "
+                "a file is a transform or a diff, not both",
+            )
         if len(patch_files) > 1:  # git's order, the order a diff of the whole fix has
             per_file.sort(key=lambda fd: fd.path)
         check_all(paths, fix_id=fix_id, where=patch_files[0])
@@ -174,7 +177,7 @@ def load_upstream(table: dict, where: Path) -> Upstream:
         raise invalid(where, f"upstream.status {status!r} is not one of {', '.join(UPSTREAM_STATUSES)}")
     if not any(k in table for k in DEP3_KEYS):
         if status is None:
-            raise invalid(where, "[upstream] needs forwarded: a URL or owner/repo#N, \"no\", or \"not-needed\"")
+            raise invalid(where, '[upstream] needs forwarded: a URL or owner/repo#N, "no", or "not-needed"')
         ref = _text(table, "ref", where).strip()
         return Upstream(
             status,
@@ -189,14 +192,12 @@ def load_upstream(table: dict, where: Path) -> Upstream:
     origin = _ref(table, "origin", where, _URL, _ISSUE, _COMMIT)
     applied = _ref(table, "applied-upstream", where, _URL, _ISSUE, _COMMIT)
     if "forwarded" not in table and not origin:  # a backport's is "not-needed", as DEP-3 implies
-        raise invalid(where, "[upstream] needs forwarded: a URL or owner/repo#N, \"no\", or \"not-needed\"")
+        raise invalid(where, '[upstream] needs forwarded: a URL or owner/repo#N, "no", or "not-needed"')
     forwarded = _text(table, "forwarded", where, "not-needed").strip()
     if forwarded not in ("no", "not-needed") and not (_URL.match(forwarded) or _ISSUE.match(forwarded)):
-        raise invalid(
-            where, f"upstream.forwarded {forwarded!r} is not a URL, owner/repo#N, \"no\" or \"not-needed\""
-        )
+        raise invalid(where, f'upstream.forwarded {forwarded!r} is not a URL, owner/repo#N, "no" or "not-needed"')
     if forwarded == "not-needed" and not (origin or applied or note):
-        raise invalid(where, "upstream.forwarded = \"not-needed\" needs a note giving the reason")
+        raise invalid(where, 'upstream.forwarded = "not-needed" needs a note giving the reason')
     bugs = table.get("bug", [])
     if isinstance(bugs, str):
         bugs = [bugs]
@@ -226,7 +227,6 @@ def _ref(table: dict, key: str, where: Path, *forms: re.Pattern[str]) -> str:
     if value and not any(f.match(value) for f in forms):
         raise invalid(where, f"upstream.{key} {value!r} is not a URL, owner/repo#N or [owner/repo@]commit")
     return value
-
 
 
 def transforms_file(fix_dir: Path, release: str) -> Path | None:
@@ -269,8 +269,10 @@ def skeleton(fix_id: str, release: str, on_top_of: list[str], requires: list[str
         text = text.replace("requires = []", f"requires = {quote(list(requires))}", 1)
     if not on_top_of:
         return text
-    hint = (f"# The diff was taken on top of {', '.join(on_top_of)} (fixpack had applied them): the edit sits "
-            "on their lines.\n")
+    hint = (
+        f"# The diff was taken on top of {', '.join(on_top_of)} (fixpack had applied them): the edit sits "
+        "on their lines.\n"
+    )
     return text.replace("requires = ", hint + "requires = ", 1)
 
 
@@ -278,7 +280,7 @@ def backport_skeleton(fix_id: str, release: str, title: str, why: str, origin: s
     """``skeleton`` for a fix made from an upstream commit: its subject and message, and ``origin``
     the commit (a backport is not forwarded: DEP-3's ``not-needed``)."""
     text = skeleton(fix_id, release, [])
-    text = text.replace("title = \"TODO: one line, as the upstream commit's subject\"", f"title = {quote(title)}", 1)
+    text = text.replace('title = "TODO: one line, as the upstream commit\'s subject"', f"title = {quote(title)}", 1)
     start, end = text.index("why = '''"), text.index("requires = []")
     body = f"why = '''\n{why.strip()}\n'''\n" if "'''" not in why else f"why = {quote(why.strip())}\n"
     text = text[:start] + body + text[end:]

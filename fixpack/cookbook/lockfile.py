@@ -32,7 +32,6 @@ def read_lock(path: Path) -> dict[str, Fingerprint]:
     return prints
 
 
-
 def write_lock(fix_dir: Path, release: str, files: dict[str, Fingerprint]) -> Path | None:
     """Write the fingerprints of one fix's files; the path when the file changed, else None."""
     target = lock_path(fix_dir, release)

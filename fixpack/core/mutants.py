@@ -60,9 +60,7 @@ def _added_rows(fd: FileDiff, before: bytes | None) -> list[list[int]]:
     places it exactly as it places the real diff."""
     marked = []
     for k, hunk in enumerate(fd.hunks):
-        lines = tuple(
-            (tag, f"\x00{k}:{j}\x00\n" if tag == "+" else text) for j, (tag, text) in enumerate(hunk.lines)
-        )
+        lines = tuple((tag, f"\x00{k}:{j}\x00\n" if tag == "+" else text) for j, (tag, text) in enumerate(hunk.lines))
         marked.append(replace(hunk, lines=lines))
     out = patch.apply(replace(fd, hunks=tuple(marked)), before)
     rows: list[list[int]] = [[] for _ in fd.hunks]

@@ -133,7 +133,6 @@ def _replace(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Modu
     return new if old is module else module.deep_replace(old, new)  # type: ignore[return-value]
 
 
-
 def _anchored(module: cst.Module, name: str, anchor: str) -> tuple[cst.CSTNode, int]:
     scope = _Definitions(module).one(name)
     want = _norm(anchor)

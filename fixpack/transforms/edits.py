@@ -239,5 +239,3 @@ _KINDS: dict[str, Callable[..., Any]] = {
     "add_entries": _add_entries,
     "extend_docstring": _extend_docstring,
 }
-
-

@@ -87,6 +87,7 @@ def absolute_figures(text: str) -> list[str]:
     """The absolute figures in ``text`` (a number with a unit: ``1.6 ms``, ``315 tokens/s``, ``43%``)."""
     return [m.group(0) for m in _FIGURE.finditer(text)]
 
+
 # -- who: the author and the sign-off -----------------------------------------------------------------
 
 

@@ -77,6 +77,7 @@ class FixCoverage:
 def _final_rows(after: bytes | None, final: bytes | None) -> dict[int, int]:
     """Rows of the file as one fix leaves it -> the same lines once the later fixes are applied
     (a line a later fix changes has no row there)."""
+
     def split(content: bytes | None) -> list[str]:
         return patch.split_lines((content or b"").decode(patch.ENC, patch.ERRORS))
 
@@ -110,9 +111,12 @@ def rcfile(data_dir: Path, include: list[str]) -> str:
     listed = "".join(f"\n    {f}" for f in include)
     # concurrency: the proofs' fork-context worker processes (multiprocessing), whose exit
     # coverage.py hooks; patch: Python subprocesses they start.
-    rc.write_text(f"[run]\ndata_file = {data_dir / '.coverage'}\nparallel = true\npatch = subprocess\n"
-                  "concurrency = multiprocessing, thread\n"
-                  f"include ={listed}\n", encoding="utf-8")
+    rc.write_text(
+        f"[run]\ndata_file = {data_dir / '.coverage'}\nparallel = true\npatch = subprocess\n"
+        "concurrency = multiprocessing, thread\n"
+        f"include ={listed}\n",
+        encoding="utf-8",
+    )
     return str(rc)
 
 

@@ -259,8 +259,12 @@ def _pr_body(fix: Fix, patch: str) -> str:
     return "\n\n".join(f"## {name}\n\n{text}" for name, text in sections)
 
 
-def pr(plan: Plan, profile: Profile, dist: str | None = None,
-       rebased: tuple[list[Message], Mapping[str, str]] | None = None) -> str:
+def pr(
+    plan: Plan,
+    profile: Profile,
+    dist: str | None = None,
+    rebased: tuple[list[Message], Mapping[str, str]] | None = None,
+) -> str:
     """Per fix and distribution: the pull request's title and body, as upstream asks for them (what,
     why, how it was tested, what was not), between lines that say which fix and base they are for."""
     msgs, bases = rebased or (messages(plan, dist), {})

@@ -171,8 +171,9 @@ def release_name(tree: Path) -> str | None:
     sha = repo._out("rev-parse", "--short=8", "HEAD")
     if not sha:
         return None
-    refs = repo._out("for-each-ref", "--points-at", "HEAD", "--format=%(refname:lstrip=-1)", "refs/heads",
-                     "refs/remotes")
+    refs = repo._out(
+        "for-each-ref", "--points-at", "HEAD", "--format=%(refname:lstrip=-1)", "refs/heads", "refs/remotes"
+    )
     branch = next((r for r in (refs or "").splitlines() if r and r != "HEAD"), "")
     return f"{branch or 'commit'}-{sha}"
 

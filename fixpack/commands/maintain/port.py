@@ -148,8 +148,13 @@ def _skipped(fixes: list[Fix], profile: Profile, release: str, sources: dict[str
     """The fixes with a change in a distribution no --source names: fix id -> why it is left out."""
     out = {}
     for fix in fixes:
-        missing = sorted({pin.dist for c in fix.changes[release] if (pin := profile.pin_for_path(c.path))
-                          and pin.dist not in sources})
+        missing = sorted(
+            {
+                pin.dist
+                for c in fix.changes[release]
+                if (pin := profile.pin_for_path(c.path)) and pin.dist not in sources
+            }
+        )
         if missing:
             out[fix.id] = f"no --source {missing[0]}=DIR: it changes {missing[0]}'s files"
     return out
@@ -203,8 +208,9 @@ def _prove(
             for path, content in files.items():
                 scratch.put(path, content)
             mine = [f for f in fixes if (f.id == own if own else f.id not in ported)]
-            runs.update(pool.pairs(mine, scratch.trees(scratch.pristine), scratch.trees(scratch.changed),
-                                   before_only=unported))
+            runs.update(
+                pool.pairs(mine, scratch.trees(scratch.pristine), scratch.trees(scratch.changed), before_only=unported)
+            )
     missing = [f"--source {p.dist}=DIR" for p in profile.pins if p.dist not in sources]
     result.proofs = {fix.id: _judge(runs.get(fix.id), result.applies(fix.id), missing) for fix in fixes}
 
@@ -274,8 +280,15 @@ def _tree_notes(profile: Profile, sources: dict[str, Path]) -> list[str]:
     return notes
 
 
-def _write(catalog: Catalog, profile: Profile, fixes: list[Fix], result: PortReport, sources: dict[str, Path],
-           release: str, release_of: dict[str, str]) -> None:
+def _write(
+    catalog: Catalog,
+    profile: Profile,
+    fixes: list[Fix],
+    result: PortReport,
+    sources: dict[str, Path],
+    release: str,
+    release_of: dict[str, str],
+) -> None:
     prints: dict[str, dict[str, Fingerprint]] = {}
     for fix in fixes:
         mine = [r for r in result.changes if r.fix == fix.id]
@@ -284,7 +297,7 @@ def _write(catalog: Catalog, profile: Profile, fixes: list[Fix], result: PortRep
         if result.fix_outcome(fix.id) != "ported":
             continue
         if release_of[fix.id] == release:  # its own port: used as written, only fingerprinted
-            result.notes.append(f"{fix.id}: its own [release.\"{release}\"] port is used as it is")
+            result.notes.append(f'{fix.id}: its own [release."{release}"] port is used as it is')
             prints[fix.id] = {r.path: r.fingerprint for r in mine if r.fingerprint is not None}
             continue
         cst_file = transforms_file(fix_dir, result.from_release)

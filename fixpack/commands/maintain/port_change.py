@@ -140,11 +140,16 @@ def _merge(change: Change, current: bytes | None, base: bytes | None, release: s
     if done is None:
         return None
     if done.conflicts:
-        report = ChangeReport(change.fix_id, change.path, PortOutcome.CONFLICT,
-                              f"a three-way merge against {release}'s file leaves {done.conflicts} conflict(s)")
+        report = ChangeReport(
+            change.fix_id,
+            change.path,
+            PortOutcome.CONFLICT,
+            f"a three-way merge against {release}'s file leaves {done.conflicts} conflict(s)",
+        )
         report.merge = done.content
         return report
-    report = ChangeReport(change.fix_id, change.path, PortOutcome.MERGED,
-                          f"merged three-way against {release}'s file (git merge-file)")
+    report = ChangeReport(
+        change.fix_id, change.path, PortOutcome.MERGED, f"merged three-way against {release}'s file (git merge-file)"
+    )
     report.merge = done.content
     return report

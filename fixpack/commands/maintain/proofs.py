@@ -87,8 +87,14 @@ class ProofPool:
         trees, such as a mutant that puts its file in a slot first and takes it out after."""
         return self._executor.submit(work, *args, **kwargs)
 
-    def pairs(self, fixes: Iterable[Fix], before: Trees, after: Trees, measure: Mapping[str, str] | None = None,
-              before_only: Collection[str] = ()) -> dict[str, ProofPair]:
+    def pairs(
+        self,
+        fixes: Iterable[Fix],
+        before: Trees,
+        after: Trees,
+        measure: Mapping[str, str] | None = None,
+        before_only: Collection[str] = (),
+    ) -> dict[str, ProofPair]:
         """Each fix's proof on ``before`` and on ``after``, all side by side; a fix in
         ``before_only`` runs on ``before`` alone, a fix without a proof not at all (it has no pair).
         ``measure``: fix id -> the coverage.py configuration its run on ``after`` runs under."""
@@ -102,5 +108,7 @@ class ProofPool:
             if fix.id not in before_only:
                 second = self.submit(self.run, fix.proof.script, after, coverage=measure.get(fix.id))
             runs[fix.id] = (first, second)
-        return {fid: ProofPair(first.result(), NOT_RUN if second is None else second.result())
-                for fid, (first, second) in runs.items()}
+        return {
+            fid: ProofPair(first.result(), NOT_RUN if second is None else second.result())
+            for fid, (first, second) in runs.items()
+        }

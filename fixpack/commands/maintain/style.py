@@ -119,7 +119,9 @@ def tools_venv(pins: dict[str, str]) -> Path:
         wanted = [f"{tool}=={version}" for tool, version in sorted(pins.items())]
         pip = subprocess.run(
             [str(work / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q", *wanted],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if pip.returncode != 0:
             last = (pip.stderr or pip.stdout).strip().splitlines()
@@ -168,8 +170,13 @@ class FixStyle:
         return any(not f.ok for f in self.files)
 
     def to_json(self) -> dict[str, object]:
-        return {"id": self.fix, "dist": self.dist, "ok": self.ok, "files": [f.to_json() for f in self.files],
-                "note": self.note}
+        return {
+            "id": self.fix,
+            "dist": self.dist,
+            "ok": self.ok,
+            "files": [f.to_json() for f in self.files],
+            "note": self.note,
+        }
 
 
 @dataclass
@@ -247,9 +254,21 @@ class _Runner:
     def _ruff(self, path: str, content: bytes) -> list[tuple[int, str, str]]:
         self._put(path, content)
         done = subprocess.run(
-            [str(self.python), "-m", "ruff", "check", "--force-exclude", "--no-cache", "--exit-zero",
-             "--output-format", "json", path],
-            cwd=self.work, capture_output=True, check=False,
+            [
+                str(self.python),
+                "-m",
+                "ruff",
+                "check",
+                "--force-exclude",
+                "--no-cache",
+                "--exit-zero",
+                "--output-format",
+                "json",
+                path,
+            ],
+            cwd=self.work,
+            capture_output=True,
+            check=False,
         )
         try:
             found = json.loads(done.stdout or b"[]")
@@ -272,8 +291,9 @@ def _own(found: list[tuple[int, str, str]], before: list[tuple[int, str, str]], 
     return sorted(out)
 
 
-def _judge(runner: _Runner, hooks_: list[Hook], top_exclude: str, path: str,
-           before: bytes | None, after: bytes | None) -> FileStyle:
+def _judge(
+    runner: _Runner, hooks_: list[Hook], top_exclude: str, path: str, before: bytes | None, after: bytes | None
+) -> FileStyle:
     style = FileStyle(path)
     added = _added(before, after)
     for hook in hooks_:
@@ -289,8 +309,9 @@ def _judge(runner: _Runner, hooks_: list[Hook], top_exclude: str, path: str,
         else:
             found = runner.ruff(path, after)
             mine = _own(found, runner.ruff(path, before) if before is not None else [], added)
-            style.problems += [f"ruff {hook.version}: {path}:{line}: {code} {msg}"
-                               for line, code, msg in found if line in mine]
+            style.problems += [
+                f"ruff {hook.version}: {path}:{line}: {code} {msg}" for line, code, msg in found if line in mine
+            ]
         style.checks[hook.tool] = "fails" if mine else "passes"
     return style
 
@@ -320,7 +341,11 @@ def _plan(catalog: Catalog, fixes: tuple[str, ...], profile_name: str | None) ->
 
 
 def check_style(
-    catalog: Catalog, fixes: tuple[str, ...], profile_name: str | None, dist: str | None, sources: dict[str, Path],
+    catalog: Catalog,
+    fixes: tuple[str, ...],
+    profile_name: str | None,
+    dist: str | None,
+    sources: dict[str, Path],
 ) -> StyleReport:
     if not fixes and not profile_name:
         raise UsageError("name fixes, or a --profile")
@@ -363,8 +388,9 @@ def check_style(
             try:
                 after = patch.apply(rebuild.parsed(pc.change), before)
             except patch.HunkFailed as exc:
-                raise Refused(f"{pc.change.fix_id}: does not apply to {sources[pc.dist]}: {exc}",
-                              fix_id=pc.change.fix_id) from None
+                raise Refused(
+                    f"{pc.change.fix_id}: does not apply to {sources[pc.dist]}: {exc}", fix_id=pc.change.fix_id
+                ) from None
             current[path] = after
             report = reports.setdefault(key, FixStyle(pc.change.fix_id, pc.dist))
             hooks_, top = configs[pc.dist]

@@ -43,8 +43,11 @@ class Scratch:
             for pin in profile.pins:
                 if pin.dist in sources:
                     dest = self.root / "pristine" / pin.dist
-                    shutil.copytree(sources[pin.dist] / pin.package, dest / pin.package,
-                                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                    shutil.copytree(
+                        sources[pin.dist] / pin.package,
+                        dest / pin.package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+                    )
                     self.pristine[pin.dist] = dest
             self.changed = self._linked(self.pristine, changed)
         except BaseException:

@@ -49,8 +49,13 @@ class FixStanding:
     proof: ProofOutcome = ProofOutcome.NOT_RUN
 
     def to_json(self) -> dict[str, object]:
-        return {"id": self.fix, "standing": self.standing, "commit": self.commit, "proof": self.proof,
-                "detail": self.detail}
+        return {
+            "id": self.fix,
+            "standing": self.standing,
+            "commit": self.commit,
+            "proof": self.proof,
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +133,11 @@ def _tree_info(profile: Profile, dist: str, tree: Path, notes: list[str]) -> tup
 
 
 def upstream(
-    catalog: Catalog, fix_ids: tuple[str, ...], profile_name: str | None, sources: dict[str, Path], jobs: int = 2,
+    catalog: Catalog,
+    fix_ids: tuple[str, ...],
+    profile_name: str | None,
+    sources: dict[str, Path],
+    jobs: int = 2,
 ) -> UpstreamReport:
     profile = catalog.default_profile(profile_name, sources)
     pinned = {p.dist for p in profile.pins}
@@ -139,8 +148,10 @@ def upstream(
         raise UsageError("give the tree to look at: --source vllm-gaudi=DIR (and --source vllm=DIR)")
     for pin in profile.pins:
         if pin.dist in sources and not (sources[pin.dist] / pin.package).is_dir():
-            raise UsageError(f"--source {pin.dist}={sources[pin.dist]}: it has no {pin.package}/ "
-                             "(a tree in repository layout, such as a clone's work tree)")
+            raise UsageError(
+                f"--source {pin.dist}={sources[pin.dist]}: it has no {pin.package}/ "
+                "(a tree in repository layout, such as a clone's work tree)"
+            )
     fixes = [catalog.fix(f) for f in fix_ids] if fix_ids else [catalog.fixes[f] for f in profile.pack]
     for fix in fixes:
         if profile.release not in fix.changes:
@@ -161,8 +172,9 @@ def upstream(
         edits = _dists(fix, profile)
         missing = [d for d in edits if d not in sources]
         if missing:
-            found[fix.id] = FixStanding(fix.id, Standing.CANNOT_TELL,
-                                        f"its files are in {missing[0]}: give --source {missing[0]}=DIR")
+            found[fix.id] = FixStanding(
+                fix.id, Standing.CANNOT_TELL, f"its files are in {missing[0]}: give --source {missing[0]}=DIR"
+            )
             continue
         applied = _applied(fix, profile, edits, repos)
         if applied is not None:
@@ -181,8 +193,9 @@ def upstream(
     return UpstreamReport(profile.name, profile.release, trees, [found[f.id] for f in fixes], notes)
 
 
-def _applied(fix: Fix, profile: Profile, edits: dict[str, list[str]],
-             repos: dict[str, tuple[Repo, str]]) -> FixStanding | None:
+def _applied(
+    fix: Fix, profile: Profile, edits: dict[str, list[str]], repos: dict[str, tuple[Repo, str]]
+) -> FixStanding | None:
     """The fix's diff as a commit of the tree's history since the pinned release (per
     distribution it edits; all of them must have it)."""
     commits = []
@@ -199,22 +212,38 @@ def _applied(fix: Fix, profile: Profile, edits: dict[str, list[str]],
     return FixStanding(fix.id, Standing.APPLIED_UPSTREAM, f"{said} has the same patch id as its diff", commits[0])
 
 
-def _judge(fix: Fix, profile: Profile, run: Run, applied: FixStanding | None,
-           repos: dict[str, tuple[Repo, str]], scratch: Scratch, pool: ProofPool) -> FixStanding:
+def _judge(
+    fix: Fix,
+    profile: Profile,
+    run: Run,
+    applied: FixStanding | None,
+    repos: dict[str, tuple[Repo, str]],
+    scratch: Scratch,
+    pool: ProofPool,
+) -> FixStanding:
     outcome = run.outcome
     if applied is not None and outcome is ProofOutcome.BUG_PRESENT:
-        return FixStanding(fix.id, Standing.STILL_NEEDED, f"{run.tail(1).strip()}; yet {applied.detail} "
-                           "(reverted since, or broken again?)", applied.commit, outcome)
+        return FixStanding(
+            fix.id,
+            Standing.STILL_NEEDED,
+            f"{run.tail(1).strip()}; yet {applied.detail} (reverted since, or broken again?)",
+            applied.commit,
+            outcome,
+        )
     if applied is not None:
         applied.proof = outcome
-        applied.detail += ("; its proof passes there" if outcome is ProofOutcome.PASSES
-                           else f"; its proof cannot run there: {_error_line(run)}")
+        applied.detail += (
+            "; its proof passes there"
+            if outcome is ProofOutcome.PASSES
+            else f"; its proof cannot run there: {_error_line(run)}"
+        )
         return applied
     if outcome is ProofOutcome.BUG_PRESENT:
         return FixStanding(fix.id, Standing.STILL_NEEDED, run.tail(1).strip(), proof=outcome)
     if outcome is not ProofOutcome.PASSES:
-        return FixStanding(fix.id, Standing.CANNOT_TELL, f"its proof cannot run there: {_error_line(run)}",
-                           proof=outcome)
+        return FixStanding(
+            fix.id, Standing.CANNOT_TELL, f"its proof cannot run there: {_error_line(run)}", proof=outcome
+        )
     edits = _dists(fix, profile)
     standing = FixStanding(fix.id, Standing.FIXED_UPSTREAM, "its proof passes there", proof=outcome)
     if len(edits) == 1 and next(iter(edits)) in repos:
@@ -223,8 +252,16 @@ def _judge(fix: Fix, profile: Profile, run: Run, applied: FixStanding | None,
     return standing
 
 
-def _first_passing(fix: Fix, profile: Profile, dist: str, paths: list[str], found: tuple[Repo, str],
-                   scratch: Scratch, pool: ProofPool, standing: FixStanding) -> None:
+def _first_passing(
+    fix: Fix,
+    profile: Profile,
+    dist: str,
+    paths: list[str],
+    found: tuple[Repo, str],
+    scratch: Scratch,
+    pool: ProofPool,
+    standing: FixStanding,
+) -> None:
     """Bisect the main line from the merge base to HEAD for the first commit where the proof
     passes: over the commits that change the fix's files, else over them all (a change elsewhere
     fixed it). A commit where the proof cannot run is skipped, as ``git bisect skip`` does."""
@@ -265,8 +302,10 @@ def _first_passing(fix: Fix, profile: Profile, dist: str, paths: list[str], foun
                 skipped += 1
         standing.commit = candidates[hi]
         subject, _ = repo.message(candidates[hi])
-        standing.detail += (f"; it first passes at {candidates[hi][:12]} {subject} (bisected over {scope} "
-                            f"since {base[:12]}: {runs} proof runs")
+        standing.detail += (
+            f"; it first passes at {candidates[hi][:12]} {subject} (bisected over {scope} "
+            f"since {base[:12]}: {runs} proof runs"
+        )
         standing.detail += f", {skipped} commits skipped where it cannot run)" if skipped else ")"
         return
     standing.detail += "; no commit of the main line since the pinned release was found where it passes"
@@ -294,13 +333,17 @@ def recorded_contradictions(fix: Fix, profile: Profile, sources: dict[str, Path]
         for key, ref in (("applied-upstream", up.applied_upstream), ("origin", up.origin)):
             commit = repo.resolve(ref) if ref else None
             if commit and repo.is_ancestor(commit, pinned):
-                out.append(f"upstream: {key} {ref} ({commit[:12]}) is in the pinned {dist} {pinned[:12]}, "
-                           "yet the fix is there to be applied on it")
+                out.append(
+                    f"upstream: {key} {ref} ({commit[:12]}) is in the pinned {dist} {pinned[:12]}, "
+                    "yet the fix is there to be applied on it"
+                )
         if up.regressed_in:
             lost = repo.commit(up.regressed_in)
             if lost is None:
                 out.append(f"upstream: regressed-in {up.regressed_in} is not a tag or commit of {tree}")
             elif not repo.is_ancestor(lost, pinned):
-                out.append(f"upstream: regressed-in {up.regressed_in} is not in the pinned {dist} {pinned[:12]}'s "
-                           "history: the release pinned did not lose the fix there")
+                out.append(
+                    f"upstream: regressed-in {up.regressed_in} is not in the pinned {dist} {pinned[:12]}'s "
+                    "history: the release pinned did not lose the fix there"
+                )
     return out
