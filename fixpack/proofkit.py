@@ -42,20 +42,23 @@ class Trees:
     vllm: Path | None = None
 
 
-def _find_node(tree: ast.Module, qualname: str) -> ast.AST:
-    node: ast.AST = tree
+Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+
+
+def _find_node(tree: ast.Module, qualname: str) -> Definition:
+    parent: ast.AST = tree
     for part in qualname.split("."):
         found = [
             child
-            for child in ast.iter_child_nodes(node)
+            for child in ast.iter_child_nodes(parent)
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and child.name == part
         ]
         if not found:
             raise LookupError(f"{qualname}: {part!r} not found")
         if len(found) > 1:
             raise LookupError(f"{qualname}: {part!r} is defined {len(found)} times")
-        node = found[0]
-    return node
+        parent = found[0]
+    return found[0]
 
 
 @functools.cache

@@ -263,8 +263,8 @@ def coverage_human(verdicts: list[Any]) -> None:
     width = max((len(c.fix) for c in reports), default=0)
     for c in reports:
         covered = len(c.lines) - len(c.unrun) - len(c.excluded)
-        excluded = f", {len(c.excluded)} unreachable (fix.toml)" if c.excluded else ""
-        print(f"  {c.fix:<{width}}  {covered}/{len(c.lines)} run{excluded}")
+        declared = f", {len(c.excluded)} unreachable (fix.toml)" if c.excluded else ""
+        print(f"  {c.fix:<{width}}  {covered}/{len(c.lines)} run{declared}")
         for ln in c.unrun:
             print(f"      not run {ln.id}: {ln.where}")
         for ln in c.excluded:
@@ -336,8 +336,8 @@ def mutants_human(verdicts: list[Any], per_fix: int | None) -> None:
         if m.skipped:
             print(f"  {m.fix:<{width}}  skipped: {m.skipped}")
             continue
-        explained = f", {len(m.explained)} harmless" if m.explained else ""
-        print(f"  {m.fix:<{width}}  caught {m.caught}/{len(m.runs)}{explained}")
+        harmless = f", {len(m.explained)} harmless" if m.explained else ""
+        print(f"  {m.fix:<{width}}  caught {m.caught}/{len(m.runs)}{harmless}")
         if m.unmatched:
             print(f"      recorded harmless, but no such survivor (caught now, or not run): {', '.join(m.unmatched)}")
         for run in m.survivors:

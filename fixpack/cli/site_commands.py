@@ -176,7 +176,8 @@ def _recipe_start(book: Any, slug: str, launch: bool, command: list[str] | None)
     from ..commands.recipes.recipe import pick, recipes
 
     chosen = pick(recipes(book), slug)
-    env, notes = None, []
+    env: dict[str, str] | None = None
+    notes: list[str] = []
     if launch:
         if command:
             raise UsageError("--launch runs the recipe's own vllm serve command: not with --exec")

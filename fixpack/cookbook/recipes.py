@@ -134,8 +134,8 @@ def _walk(node: yaml.Node, where: Where, lines: dict[Where, int], shown: str) ->
             if name in seen:
                 raise _error(shown, key.start_mark.line + 1, f"key {name!r} is given twice")
             seen.add(name)
-            lines[(*where, name)] = key.start_mark.line + 1
-            _walk(value, (*where, name), lines, shown)
+            lines[where + (name,)] = key.start_mark.line + 1
+            _walk(value, where + (name,), lines, shown)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _walk(item, (*where, i), lines, shown)

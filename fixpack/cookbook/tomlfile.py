@@ -34,7 +34,7 @@ def quote(value: str | list[str]) -> str:
     return json.dumps(value)
 
 
-def field(data: dict[str, Any], key: str, kind: type, where: Path, default: Any = ...) -> Any:
+def field(data: dict[str, Any], key: str, kind: type[Any], where: Path, default: Any = ...) -> Any:
     if key not in data:
         if default is ...:
             raise invalid(where, f"missing {key!r}")

@@ -227,8 +227,10 @@ _Span = tuple[int, int, int, int]  # line, byte column, end line, end byte colum
 def _elements(node: ast.AST) -> tuple[str, list[_Span]] | None:
     """The kind of display ``node`` is and where each of its elements lies; None if it is not a
     display (a store target is not), or one of its elements cannot be placed."""
+    if not isinstance(node, ast.expr) or isinstance(getattr(node, "ctx", None), ast.Store | ast.Del):
+        return None
     kind = _DISPLAYS.get(type(node))
-    if kind is None or not isinstance(node, ast.expr) or isinstance(getattr(node, "ctx", None), ast.Store | ast.Del):
+    if kind is None:
         return None
     if isinstance(node, ast.Dict):
         if any(key is None for key in node.keys):  # a ** unpacking has no node for its stars

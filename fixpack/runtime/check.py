@@ -45,7 +45,7 @@ INDEX = os.path.join(HERE, "index.json")
 MODE_VARIABLE = "FIXPACK_RUNTIME_CHECK"  # stop (default) | warn | off
 
 log = logging.getLogger("vllm.fixpack")
-_done = []
+_done: list[bool] = []
 
 
 def _short(digest):

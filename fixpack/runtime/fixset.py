@@ -18,7 +18,8 @@ import os
 
 __all__ = ["drifted", "reason", "vouched", "sha256_of", "index_rows", "remember", "remembered"]
 
-_held = []  # this process's (digest or None, drifted paths), as the runtime check read them
+# this process's (digest or None, drifted paths), as the runtime check read them
+_held: list[tuple[str | None, list[str]]] = []
 
 
 def drifted(rows):

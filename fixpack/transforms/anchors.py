@@ -48,7 +48,7 @@ def _snippet(code: str, module: cst.Module) -> cst.Module:
         raise EditError(f"its code does not parse: {exc.message} (line {exc.raw_line})") from None
 
 
-def _statements(code: str, module: cst.Module) -> list[cst.BaseStatement]:
+def _statements(code: str, module: cst.Module) -> list[cst.SimpleStatementLine | cst.BaseCompoundStatement]:
     """The statements of ``code``, keeping its leading comments (which libcst puts in the header)."""
     snippet = _snippet(code, module)
     if snippet.footer and any(line.comment for line in snippet.footer):
@@ -75,7 +75,7 @@ class _Definitions:
                 stack.append(node.name.value)
                 found.setdefault(".".join(stack), []).append(node)
 
-            def _leave(self, _node: cst.CSTNode) -> None:
+            def _leave(self, original_node: cst.FunctionDef | cst.ClassDef) -> None:
                 stack.pop()
 
             visit_FunctionDef = visit_ClassDef = _enter  # noqa: N815 - libcst's visitor names
@@ -130,7 +130,8 @@ def _blocks_in(scope: cst.CSTNode) -> list[tuple[cst.CSTNode, int]]:
 
 
 def _replace(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Module:
-    return new if old is module else module.deep_replace(old, new)  # type: ignore[return-value]
+    # libcst types deep_replace's new node as the module's own type, though any node may go in
+    return new if old is module else module.deep_replace(old, new)  # type: ignore[return-value,arg-type]
 
 
 def _anchored(module: cst.Module, name: str, anchor: str) -> tuple[cst.CSTNode, int]:

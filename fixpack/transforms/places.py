@@ -5,7 +5,7 @@ these anchors."""
 from __future__ import annotations
 
 import textwrap
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .anchors import EditError, _anchored, _Definitions, _lines, _replace, _statements
 
@@ -92,13 +92,14 @@ def _add_entries(module: cst.Module, name: str, code: str) -> cst.Module:
     braces = "{}" if is_dict else "[]"
     try:
         snippet = cst.parse_module(f"_ = {braces[0]}{text}{braces[1]}\n", config=module.config_for_parsing)
-        new_literal = snippet.body[0].body[0].value  # type: ignore[attr-defined]
+        assignment: Any = snippet.body[0]  # `_ = [...]`: libcst's union types know no more
+        new_literal = assignment.body[0].value
     except (cst.ParserSyntaxError, AttributeError, IndexError):
         raise EditError(f"its code is not {'dict' if is_dict else 'list'} entries") from None
     if type(new_literal) is not type(literal) or not new_literal.elements:
         raise EditError(f"its code is not {'dict' if is_dict else 'list'} entries")
     new = list(new_literal.elements)
-    new_opening = new_literal.lbrace if is_dict else new_literal.lbracket
+    new_opening = new_literal.lbrace if isinstance(new_literal, cst.Dict) else new_literal.lbracket
     last = old[-1]
     trailing = isinstance(last.comma, cst.Comma)
     before = last.comma.whitespace_before if isinstance(last.comma, cst.Comma) else cst.SimpleWhitespace("")

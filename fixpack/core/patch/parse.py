@@ -103,6 +103,14 @@ def _strip(name: str) -> str:
     return name[2:] if name[:2] in ("a/", "b/") else name
 
 
+def _line(number: int | None) -> int:
+    """A line number unidiff gave (1-based); its types allow None, but it numbers every line and
+    file it reads from a patch."""
+    if number is None:
+        raise PatchError("unidiff gave no line number for a part of the patch")
+    return number
+
+
 def _label(raw: PatchedFile) -> str | None:
     """The path to name in an error about a file unidiff read."""
     names = [_name(n) for n in (raw.target_file, raw.source_file) if n]
@@ -190,7 +198,7 @@ def _header(lines: list[str], raw: PatchedFile) -> _Header:
     where = _label(raw)
     if raw.is_binary_file:
         raise UnsupportedPatch("binary patch: fixpack applies text diffs only", where)
-    start = raw.diff_line_no - 1  # the diff --git line, or the +++ line of a plain diff
+    start = _line(raw.diff_line_no) - 1  # the diff --git line, or the +++ line of a plain diff
     if lines[start].startswith("diff --git "):
         return _git_header(lines, raw, start, where)
     # unidiff pairs a +++ line with the last --- line before it, however far; git with the one right before
@@ -206,7 +214,7 @@ def _git_header(lines: list[str], raw: PatchedFile, start: int, where: str | Non
         end += 1
     header = lines[start + 1 : end]
     # unidiff goes on reading git's mode lines after text, which ends the header for git
-    late = [line for line in raw.patch_info[len(header) + 1 :] if line.startswith(_MODE_LINES)]
+    late = [line for line in (raw.patch_info or [])[len(header) + 1 :] if line.startswith(_MODE_LINES)]
     if late:
         raise PatchError(f"{_show(late[0])} after text that ends the git header", where)
     for line in header:
@@ -265,13 +273,14 @@ def _hunk(lines: list[str], raw: RawHunk, at: int, number: int, path: str) -> tu
             closed.update(_SIDES[tag])
             continue
         if text.startswith("\r"):  # unidiff reads it as a blank context line, git as no hunk line
-            raise _not_a_hunk_line(lines, line.diff_line_no - 1, number, path)
+            raise _not_a_hunk_line(lines, _line(line.diff_line_no) - 1, number, path)
         if not text.endswith("\n"):
             raise PatchError(f"hunk #{number}: the patch ends mid-line (truncated?)", path)
         if closed.intersection(_SIDES[line.line_type]):
             raise PatchError(f"hunk #{number}: a line after 'No newline at end of file'", path)
         items.append([line.line_type, line.value])
-    hunk = Hunk(raw.source_start, raw.source_length, raw.target_start, raw.target_length, tuple(map(tuple, items)))
+    hunk = Hunk(raw.source_start, raw.source_length, raw.target_start, raw.target_length,
+                tuple((tag, value) for tag, value in items))  # fmt: skip
     tags = {tag for tag, _ in items}
     if not tags & {"-", "+"}:
         raise PatchError(f"hunk #{number} changes nothing", path)
@@ -289,7 +298,7 @@ def _file(lines: list[str], header: _Header, end: int) -> FileDiff:
     at = header.body
     for number, raw in enumerate(header.raw, 1):
         # text (a blank line, a git header's) before its @@ line; a hunk with no lines is the last line
-        if raw and raw[0].diff_line_no - 2 != at:
+        if raw and _line(raw[0].diff_line_no) - 2 != at:
             raise PatchError(f"patch line {at + 1}: a hunk after text that is not part of a hunk", path)
         if not header.paired:  # a git header and then its hunks
             raise PatchError("hunks without ---/+++ lines", path)
