@@ -225,6 +225,14 @@ def _b(text: str | bytes | None) -> bytes | None:
     return text.encode() if isinstance(text, str) else text
 
 
+def has_commit(repo: Path, rev: str) -> bool:
+    """Whether the git repository ``repo`` holds the commit ``rev``."""
+    return (
+        subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{rev}^{{commit}}"], capture_output=True).returncode
+        == 0
+    )
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run ``python -m fixpack ARGS`` in a fresh process."""
     full_env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -71,3 +72,26 @@ def cli():
         return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def gaudi_git(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """vllm-gaudi's history as a git repository, from $VLLM_GAUDI_GIT (a clone, a URL or a git
+    bundle): read where it is when it is a repository here, else cloned once, its pull requests
+    fetched (a clone of a bundle has no refs/pull/*). Tests check out what they need in a clone of
+    their own (``git clone --shared``), so this one is never changed."""
+    src = os.environ.get("VLLM_GAUDI_GIT")
+    if not src:
+        pytest.skip("VLLM_GAUDI_GIT is not set: vllm-gaudi's git history (a clone, a URL or a git bundle)")
+    if Path(src).is_dir() and _git(src, "rev-parse", "--git-dir").returncode == 0:
+        return Path(src)
+    dest = tmp_path_factory.mktemp("vllm-gaudi-git") / "vllm-gaudi.git"
+    if _git(None, "clone", "-q", "--bare", src, str(dest)).returncode:
+        pytest.skip(f"VLLM_GAUDI_GIT={src}: git cannot clone it")
+    _git(dest, "fetch", "-q", src, "refs/pull/*:refs/pull/*")  # none there is no failure: the tests say what lacks
+    return dest
+
+
+def _git(repo: Path | str | None, *args: str) -> subprocess.CompletedProcess[bytes]:
+    where = ["-C", str(repo)] if repo is not None else []
+    return subprocess.run(["git", *where, *args], capture_output=True, check=False)

@@ -1,6 +1,6 @@
 """fixpack diff --onto: each fix as port carries it onto another tree, a series git am takes there;
 a fix that does not port is named with the reason and left out. The real-tree case needs the
-vllm-gaudi clone (FIXPACK_GAUDI_CLONE, default the mirror's) and the v0.26.0 trees, else skips."""
+vllm-gaudi's history (VLLM_GAUDI_GIT) and the v0.26.0 trees, else skips."""
 
 from __future__ import annotations
 
@@ -60,18 +60,16 @@ def test_diff_onto_exports_what_ports_and_names_what_does_not(cli, cookbook, tmp
     assert r.exit_code == 2 and "--onto" in r.stderr
 
 
-CLONE = Path(os.environ.get("FIXPACK_GAUDI_CLONE", "/work/.mirror/vllm-project+vllm-gaudi/repo"))
 MAIN = "091bbadda10bee4fd3f6d0efc1844d2610dd2707"
 
 
 @pytest.mark.realtree
-@pytest.mark.skipif(not (CLONE / "HEAD").exists(), reason=f"no vllm-gaudi clone at {CLONE} (FIXPACK_GAUDI_CLONE)")
 @pytest.mark.skipif(not os.environ.get("FIXPACK_SRC_VLLM"), reason="FIXPACK_SRC_VLLM is not set (real trees)")
-def test_the_real_pack_onto_main_is_a_series_git_am_takes(cli, tmp_path):
+def test_the_real_pack_onto_main_is_a_series_git_am_takes(cli, tmp_path, gaudi_git):
     main = tmp_path / "main"
-    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(CLONE), str(main)], check=True)
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(gaudi_git), str(main)], check=True)
     if subprocess.run(["git", "-C", str(main), "checkout", "-q", MAIN], capture_output=True).returncode:
-        pytest.skip(f"the clone at {CLONE} lacks main's {MAIN[:8]}")
+        pytest.skip(f"VLLM_GAUDI_GIT lacks main's {MAIN[:8]}")
     opt_ins = ["gdn-prefix-cache", "fp8-moe-gather"]
     r = cli(
         "diff", "--profile", "v0.26.0", *opt_ins, "--format", "mbox", "--author", AUTHOR, "--onto", f"vllm-gaudi={main}"

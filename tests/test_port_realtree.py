@@ -1,6 +1,6 @@
 """The real pack ported onto vllm-gaudi main (091bbadd) and v0.27.0rc0 with vLLM 0.26.0: no conflict
 (the transforms and the fix's own port of main carry what a diff does not), and lock agrees with
-what port --write wrote. Needs the vllm-gaudi clone (FIXPACK_GAUDI_CLONE, default the mirror's)
+what port --write wrote. Needs vllm-gaudi's history (VLLM_GAUDI_GIT)
 and FIXPACK_SRC_VLLM; skipped, saying so, without them. Proofs are left to `fixpack port` itself
 (about a minute per target): these runs take --no-proofs."""
 
@@ -15,21 +15,19 @@ from pathlib import Path
 import pytest
 from builders import REPO
 
-CLONE = Path(os.environ.get("FIXPACK_GAUDI_CLONE", "/work/.mirror/vllm-project+vllm-gaudi/repo"))
 SRC_VLLM = os.environ.get("FIXPACK_SRC_VLLM")
 TARGETS = {"main-091bbadd": "091bbadda10bee4fd3f6d0efc1844d2610dd2707", "v0.27.0rc0": "v0.27.0rc0"}
 pytestmark = [
     pytest.mark.realtree,
-    pytest.mark.skipif(not (CLONE / "HEAD").exists(), reason=f"no vllm-gaudi clone at {CLONE} (FIXPACK_GAUDI_CLONE)"),
     pytest.mark.skipif(not SRC_VLLM, reason="FIXPACK_SRC_VLLM is not set (real trees)"),
 ]
 
 
-def _checkout(tmp_path: Path, ref: str) -> Path:
+def _checkout(tmp_path: Path, gaudi_git: Path, ref: str) -> Path:
     tree = tmp_path / "tree"
-    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(CLONE), str(tree)], check=True)
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(gaudi_git), str(tree)], check=True)
     if subprocess.run(["git", "-C", str(tree), "checkout", "-q", ref], capture_output=True).returncode:
-        pytest.skip(f"the clone at {CLONE} lacks {ref}")
+        pytest.skip(f"VLLM_GAUDI_GIT lacks {ref}")
     return tree
 
 
@@ -44,8 +42,8 @@ def book(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.mark.parametrize("target", list(TARGETS))
-def test_the_pack_ports_without_conflict_and_lock_agrees(cli, book, tmp_path, target):
-    tree = _checkout(tmp_path, TARGETS[target])
+def test_the_pack_ports_without_conflict_and_lock_agrees(cli, book, tmp_path, target, gaudi_git):
+    tree = _checkout(tmp_path, gaudi_git, TARGETS[target])
     sources = ["--source", f"vllm-gaudi={tree}", "--source", f"vllm={SRC_VLLM}"]
     r = cli("port", "--profile", "v0.26.0", "--from", "v0.26.0", *sources, "--no-proofs", "--json", "--write", target)
     assert r.exit_code == 0, r.output

@@ -7,17 +7,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
-from builders import PRISTINE, REPO, RUNNER, run_cli
+from builders import PRISTINE, REPO, RUNNER, has_commit, run_cli
 from test_upstream_status import commit, git
 
 from fixpack.cookbook.catalog import Catalog
 from fixpack.core import patch
-
-MIRROR = Path("/work/.mirror/vllm-project+vllm-gaudi/repo")
 
 
 @pytest.fixture
@@ -100,24 +96,14 @@ def test_from_commit_refusals(cli, cookbook, upstream_commit, tmp_path):
 
 
 @pytest.mark.realtree
-def test_from_pr_1731_on_the_real_clone(tmp_path):
+def test_from_pr_1731_on_the_real_clone(tmp_path, gaudi_git):
     gaudi = os.environ.get("FIXPACK_SRC_VLLM_GAUDI")
     if not gaudi:
         pytest.skip("FIXPACK_SRC_VLLM_GAUDI is unset: the commit is ported to vllm-gaudi v0.26.0's tree")
     first = "65e753940517cd192cb139b1f4d5db12188663f8"  # PR #1731's first commit
-    clone = next(
-        (
-            c
-            for c in (str(MIRROR), gaudi)
-            if subprocess.run(
-                ["git", "-C", c, "cat-file", "-e", f"{first}^{{commit}}"], capture_output=True, check=False
-            ).returncode
-            == 0
-        ),
-        None,
-    )
-    if clone is None:
-        pytest.skip(f"no vllm-gaudi clone with PR #1731's commits: neither {MIRROR} nor FIXPACK_SRC_VLLM_GAUDI")
+    if not has_commit(gaudi_git, first):
+        pytest.skip("VLLM_GAUDI_GIT lacks PR #1731's commits (refs/pull/1731/head)")
+    clone = str(gaudi_git)
     book = tmp_path / "cookbook"  # a copy: record writes into the cookbook
     shutil.copytree(REPO / "fixes", book / "fixes", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "profiles", book / "profiles")

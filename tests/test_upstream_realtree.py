@@ -11,39 +11,23 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from builders import run_cli
+from builders import has_commit, run_cli
 
 from fixpack.cookbook.catalog import Catalog
 
 pytestmark = pytest.mark.realtree
 
-MIRROR = Path("/work/.mirror/vllm-project+vllm-gaudi/repo")
 MAIN = "091bbadda10bee4fd3f6d0efc1844d2610dd2707"
 
 
-def _history() -> str | None:
-    """A vllm-gaudi clone with the tags and main: the mirror, else FIXPACK_SRC_VLLM_GAUDI's own."""
-    for src in (str(MIRROR), os.environ.get("FIXPACK_SRC_VLLM_GAUDI", "")):
-        if (
-            src
-            and subprocess.run(
-                ["git", "-C", src, "cat-file", "-e", f"{MAIN}^{{commit}}"], capture_output=True, check=False
-            ).returncode
-            == 0
-        ):
-            return src
-    return None
-
-
 @pytest.fixture(scope="module")
-def clone(tmp_path_factory) -> Path:
-    src = _history()
-    if src is None:
-        pytest.skip(f"no vllm-gaudi clone with main {MAIN[:8]}: neither {MIRROR} nor FIXPACK_SRC_VLLM_GAUDI has it")
+def clone(tmp_path_factory, gaudi_git) -> Path:
+    if not has_commit(gaudi_git, MAIN):
+        pytest.skip(f"VLLM_GAUDI_GIT lacks main's {MAIN[:8]}")
     if not os.environ.get("FIXPACK_SRC_VLLM"):
         pytest.skip("FIXPACK_SRC_VLLM is unset: the proofs run vLLM 0.26.0's code")
     dest = tmp_path_factory.mktemp("upstream") / "vllm-gaudi"
-    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", src, str(dest)], check=True)
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(gaudi_git), str(dest)], check=True)
     return dest
 
 
