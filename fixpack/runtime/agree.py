@@ -93,17 +93,23 @@ def _own_record(rank):
     }
 
 
+def spans(numbers):
+    """``[0, 1, 2, 5]`` -> ``0-2, 5``."""
+    numbers = sorted(numbers)
+    runs, start = [], None
+    for i, n in enumerate(numbers):
+        if start is None:
+            start = n
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            runs.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(runs)
+
+
 def ranks_text(ranks):
     """``[0, 1, 2, 5]`` -> ``ranks 0-2, 5``."""
-    ranks = sorted(ranks)
-    runs, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            runs.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(runs)
+    ranks = list(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + spans(ranks)
 
 
 def _where(records):

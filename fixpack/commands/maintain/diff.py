@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ... import __version__
 from ...cookbook.catalog import Catalog
-from ...core.patch import index
+from ...core.patch import as_git_diff, index
 from ...core.plan import resolve, restrict
 from ...errors import UsageError
 from ...models import SUBJECT_MAX, Fix, Plan, Profile
@@ -65,15 +65,10 @@ def messages(plan: Plan, dist: str | None = None) -> list[Message]:
         by_dist: dict[str, list[str]] = {}
         for pc in plan.changes:
             if pc.change.fix_id == fix.id and (dist is None or pc.dist == dist):
-                by_dist.setdefault(pc.dist, []).append(_ensure_git_header(pc.change.path, pc.change.patch))
+                by_dist.setdefault(pc.dist, []).append(as_git_diff(pc.change.path, pc.change.patch))
         for d, patches in by_dist.items():
             out.append(Message(fix, d, "".join(patches)))
     return out
-
-
-def _ensure_git_header(path: str, patch: str) -> str:
-    text = patch if patch.endswith("\n") else patch + "\n"
-    return text if text.startswith("diff --git ") else f"diff --git a/{path} b/{path}\n{text}"
 
 
 def unified(plan: Plan, dist: str | None = None) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from ...errors import EnvironmentProblem
 from ...models import Pin
 
-__all__ = ["Merged", "Repo", "merge", "patch_id", "pinned_file", "pr_number", "release_name", "tree_head"]
+__all__ = ["Merged", "Repo", "git", "merge", "patch_id", "pinned_file", "pr_number", "release_name", "tree_head"]
 
 _PR = re.compile(r"(?:[\w.-]+/[\w.-]+#|https?://\S+/pull/)([0-9]+)/?\Z")
 _SHA = re.compile(r"(?:[\w.-]+/[\w.-]+@|https?://\S+/commit/)?([0-9a-f]{7,40})\Z")
@@ -30,7 +30,8 @@ def pr_number(ref: str) -> str | None:
     return found.group(1) if found else None
 
 
-def _git(args: list[str], cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+def git(args: list[str], cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """Run git in ``cwd``: the one place the maintain commands run it."""
     try:
         return subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True, check=False)
     except FileNotFoundError:
@@ -40,7 +41,7 @@ def _git(args: list[str], cwd: Path, stdin: bytes | None = None) -> subprocess.C
 def patch_id(diff_text: str, cwd: Path) -> str | None:
     """``git patch-id --stable`` of a diff: the same for two diffs of the same change, whatever
     their line numbers and whitespace."""
-    done = _git(["patch-id", "--stable"], cwd, diff_text.encode("utf-8", "surrogateescape"))
+    done = git(["patch-id", "--stable"], cwd, diff_text.encode("utf-8", "surrogateescape"))
     out = done.stdout.decode().split()
     return out[0] if done.returncode == 0 and out else None
 
@@ -54,7 +55,7 @@ class Repo:
     @staticmethod
     def of(tree: Path) -> Repo | None:
         """The repository ``tree`` is the top of, or None when it is not one."""
-        done = _git(["rev-parse", "--show-toplevel"], tree)
+        done = git(["rev-parse", "--show-toplevel"], tree)
         if done.returncode != 0:
             return None
         top = Path(done.stdout.decode().strip())
@@ -63,11 +64,11 @@ class Repo:
     @staticmethod
     def at(path: Path) -> Repo | None:
         """Any git repository at ``path``: a work tree, or a bare clone such as a mirror."""
-        return Repo(path) if _git(["rev-parse", "--git-dir"], path).returncode == 0 else None
+        return Repo(path) if git(["rev-parse", "--git-dir"], path).returncode == 0 else None
 
     def show(self, rev: str, path: str) -> bytes | None:
         """The bytes of ``path`` at ``rev``, None where it has no such file."""
-        done = _git(["show", f"{rev}:{path}"], self.root)
+        done = git(["show", f"{rev}:{path}"], self.root)
         return done.stdout if done.returncode == 0 else None
 
     def parent(self, rev: str) -> str | None:
@@ -75,7 +76,7 @@ class Repo:
         return self.commit(f"{rev}^1")
 
     def _out(self, *args: str) -> str | None:
-        done = _git(list(args), self.root)
+        done = git(list(args), self.root)
         return done.stdout.decode().strip() if done.returncode == 0 else None
 
     def commit(self, rev: str) -> str | None:
@@ -96,7 +97,7 @@ class Repo:
         return self.commit("HEAD")
 
     def is_ancestor(self, older: str, newer: str) -> bool:
-        return _git(["merge-base", "--is-ancestor", older, newer], self.root).returncode == 0
+        return git(["merge-base", "--is-ancestor", older, newer], self.root).returncode == 0
 
     def merge_base(self, a: str, b: str) -> str | None:
         return self._out("merge-base", a, b)
@@ -114,10 +115,10 @@ class Repo:
     def patch_ids(self, rev_range: str, paths: Sequence[str]) -> dict[str, str]:
         """patch id -> commit, of each commit of ``rev_range`` (a range, or one commit and its
         ancestry) restricted to ``paths``: what a fix of those files would be if it came as one."""
-        log = _git(["log", "-p", "--no-merges", "--format=commit %H", rev_range, "--", *paths], self.root)
+        log = git(["log", "-p", "--no-merges", "--format=commit %H", rev_range, "--", *paths], self.root)
         if log.returncode != 0:
             return {}
-        done = _git(["patch-id", "--stable"], self.root, log.stdout)
+        done = git(["patch-id", "--stable"], self.root, log.stdout)
         ids: dict[str, str] = {}
         for line in done.stdout.decode().splitlines():
             pid, _, commit = line.partition(" ")
@@ -136,7 +137,7 @@ class Repo:
 
     def export(self, rev: str, path: str, dest: Path) -> None:
         """The folder ``path`` as commit ``rev`` has it, written under ``dest`` (``git archive``)."""
-        done = _git(["archive", "--format=tar", rev, "--", path], self.root)
+        done = git(["archive", "--format=tar", rev, "--", path], self.root)
         if done.returncode != 0:
             raise EnvironmentProblem(f"git archive {rev} -- {path} failed: {done.stderr.decode().strip()}")
         with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:

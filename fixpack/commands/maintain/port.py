@@ -26,7 +26,6 @@ profile in which a maintainer only has to resolve the fixes left commented out.
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -329,7 +328,8 @@ def _write(
         return
     kept = [f.id for f in fixes if result.fix_outcome(f.id) == "ported"]
     left_out = {f.id: _why_not(result, f.id) for f in fixes if f.id not in kept} | result.skipped
-    commits = {pin.dist: _commit_of(sources.get(pin.dist)) for pin in profile.pins}
+    heads = {dist: history.tree_head(tree) for dist, tree in sources.items()}
+    commits = {pin.dist: heads.get(pin.dist) or "TODO" for pin in profile.pins}
     text = draft_profile(profile, release, result.from_release, kept, left_out, commits)
     target.write_text(text, encoding="utf-8")
     result.written.append(target)
@@ -345,13 +345,6 @@ def _write_conflicts(fix_dir: Path, conflicts: list[ChangeReport], result: PortR
             f"{r.fix}: {r.path}: resolve the conflicts in {target}, then record it: fixpack port {r.fix} "
             f"--from {result.from_release} --source ... --write {result.to_release} --resolved {r.path}={target}"
         )
-
-
-def _commit_of(tree: Path | None) -> str:
-    if tree is None:
-        return "TODO"
-    out = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
-    return out.stdout.strip() if out.returncode == 0 else "TODO"
 
 
 def _why_not(result: PortReport, fix_id: str) -> str:

@@ -18,7 +18,6 @@ Python files are compared: a binary a copied site lacks is not an edit.
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,16 +73,13 @@ def _record_paths(dist: Distribution) -> list[str]:
     return [path for path in dist.record() if path.startswith(f"{dist.package}/")]
 
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=False)
-
-
 class _Source:
     """A distribution's pristine bytes: a ``--source`` tree, the editable checkout's git HEAD, or none."""
 
     def __init__(self, dist: Distribution, tree: Path | None) -> None:
         self.dist, self.tree = dist, tree
-        self.git = tree is None and dist.editable and _git(dist.files_root, "rev-parse", "HEAD").returncode == 0
+        head = history.git(["rev-parse", "HEAD"], dist.files_root) if dist.editable and tree is None else None
+        self.git = head is not None and head.returncode == 0
 
     @property
     def known(self) -> bool:
@@ -93,7 +89,7 @@ class _Source:
         if self.tree is not None:
             target = self.tree / path
             return target.read_bytes() if target.is_file() else None
-        shown = _git(self.dist.files_root, "show", f"HEAD:./{path}")
+        shown = history.git(["show", f"HEAD:./{path}"], self.dist.files_root)
         return shown.stdout if shown.returncode == 0 else None
 
     def candidates(self) -> list[str]:
@@ -112,8 +108,8 @@ class _Source:
             raise Refused(
                 f"{dist.name} is an editable install at {root}, not a git checkout: give --source {dist.name}=DIR"
             )
-        diffed = _git(root, "diff", "--name-only", "--relative", "-z", "HEAD", "--", pkg).stdout
-        new = _git(root, "ls-files", "-z", "--others", "--exclude-standard", "--", pkg).stdout
+        diffed = history.git(["diff", "--name-only", "--relative", "-z", "HEAD", "--", pkg], root).stdout
+        new = history.git(["ls-files", "-z", "--others", "--exclude-standard", "--", pkg], root).stdout
         return sorted({p.decode() for p in (diffed + new).split(b"\0") if p})
 
 

@@ -40,6 +40,7 @@ from ...core import patch, rebuild
 from ...core.plan import resolve, restrict
 from ...errors import EnvironmentProblem, Refused, UsageError
 from ...models import Plan, Profile
+from ...runtime.agree import spans
 
 __all__ = ["Hook", "FileStyle", "FixStyle", "StyleReport", "hooks", "tools_venv", "check_style"]
 
@@ -304,7 +305,7 @@ def _judge(
             found = runner.yapf(path, after)
             mine = _own(found, runner.yapf(path, before) if before is not None else [], added)
             if mine:
-                at = _ranges(sorted(set(mine)))
+                at = spans(set(mine))
                 style.problems.append(f"yapf {hook.version} would reformat {path} at lines {at}")
         else:
             found = runner.ruff(path, after)
@@ -314,17 +315,6 @@ def _judge(
             ]
         style.checks[hook.tool] = "fails" if mine else "passes"
     return style
-
-
-def _ranges(lines: list[int]) -> str:
-    out, start = [], None
-    for n, line in enumerate(lines):
-        if start is None:
-            start = line
-        if n + 1 == len(lines) or lines[n + 1] != line + 1:
-            out.append(str(start) if start == line else f"{start}-{line}")
-            start = None
-    return ", ".join(out)
 
 
 def _plan(catalog: Catalog, fixes: tuple[str, ...], profile_name: str | None) -> Plan:

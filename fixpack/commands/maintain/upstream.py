@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...cookbook.catalog import Catalog
+from ...core.patch import as_git_diff
 from ...errors import UsageError
 from ...models import Fix, Profile, ProofOutcome, Word
 from .history import Repo, patch_id
@@ -89,12 +90,6 @@ class UpstreamReport:
             "fixes": [f.to_json() for f in self.fixes],
             "notes": self.notes,
         }
-
-
-def as_git_diff(path: str, patch: str) -> str:
-    """A change's diff with the ``diff --git`` line that git's tools read."""
-    text = patch if patch.endswith("\n") else patch + "\n"
-    return text if text.startswith("diff --git ") else f"diff --git a/{path} b/{path}\n{text}"
 
 
 def _dists(fix: Fix, profile: Profile) -> dict[str, list[str]]:

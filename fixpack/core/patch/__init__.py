@@ -6,7 +6,7 @@ from __future__ import annotations
 from .apply import HunkFailed, apply, apply_chain
 from .model import ENC, ERRORS, FileDiff, FileEntry, Hunk, PatchError, UnsupportedPatch, split_lines
 from .parse import index, parse, split_files
-from .render import blob_id, render
+from .render import as_git_diff, blob_id, render
 
 __all__ = [
     "ENC",
@@ -19,6 +19,7 @@ __all__ = [
     "UnsupportedPatch",
     "apply",
     "apply_chain",
+    "as_git_diff",
     "blob_id",
     "index",
     "parse",

@@ -89,3 +89,9 @@ def render(path: str, before: bytes | None, after: bytes | None, context: int = 
             out.extend(_line("-", text) for text in a[x1:x2])
             out.extend(_line("+", text) for text in b[y1:y2])
     return "".join(out)
+
+
+def as_git_diff(path: str, patch: str) -> str:
+    """A change's diff with the ``diff --git`` line that git's tools read."""
+    text = patch if patch.endswith("\n") else patch + "\n"
+    return text if text.startswith("diff --git ") else f"diff --git a/{path} b/{path}\n{text}"
