@@ -100,4 +100,17 @@ def replay(path: Path, url: str, timeout: float = TIMEOUT) -> list[Verdict]:
     if "requests" not in record:
         status, text = fuzz_schema.replay(path, url, timeout)
         return [Verdict("5xx", f"HTTP {status}: {text[:200]}") if status >= 500 else Verdict(f"{status // 100}xx")]
-    return send_batch(url, [(r["endpoint"], r["body"]) for r in record["requests"]], timeout).verdicts
+    # the fuzzer's server served its model from a folder of its own: this server names its own
+    served = served_model(url)
+    batch = [(r["endpoint"], {**r["body"], "model": served or r["body"].get("model")}) for r in record["requests"]]
+    return send_batch(url, batch, timeout).verdicts
+
+
+def served_model(url: str) -> str | None:
+    """The id of the one model ``url`` serves (``/v1/models``), or None."""
+    try:
+        with urllib.request.urlopen(url + "/v1/models", timeout=10) as answer:
+            models = json.loads(answer.read()).get("data") or []
+    except (OSError, TimeoutError, ValueError):
+        return None
+    return models[0].get("id") if len(models) == 1 and isinstance(models[0], dict) else None

@@ -79,13 +79,18 @@ def test_a_failure_is_listed_only_for_a_grammar_the_other_settings_can_leave_wit
 class _StandIn(BaseHTTPRequestHandler):
     """500 for a body with an out-of-vocabulary stop id, 200 otherwise; /health 200."""
 
+    models: list[str] = []  # the model each request named, in order
+
     def do_GET(self) -> None:
-        self.send_response(200 if self.path == "/health" else 404)
-        self.send_header("Content-Length", "0")
+        answer = json.dumps({"data": [{"id": "served-here"}]}).encode() if self.path == "/v1/models" else b""
+        self.send_response(200 if self.path in ("/health", "/v1/models") else 404)
+        self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
+        self.wfile.write(answer)
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _StandIn.models.append(body.get("model"))
         bad = any(i >= MODEL.vocab for i in body.get("stop_token_ids", []))
         answer = b"Internal Server Error" if bad else json.dumps({"choices": [{"finish_reason": "stop"}]}).encode()
         self.send_response(500 if bad else 200)
@@ -124,7 +129,9 @@ def test_a_saved_failure_replays(stand_in: str, tmp_path: Path) -> None:
     record = json.loads(saved.read_text())
     assert saved.name == "stock-00003.json" and record["log"] == ["line 1", "line 2"]
     assert [r["body"] for r in record["requests"]] == [b for _, b in batch]
+    _StandIn.models.clear()
     assert [v.kind for v in replay(saved, stand_in)] == ["5xx", "served"]
+    assert _StandIn.models == ["served-here"] * 2  # the model this server serves, not the fuzzer's folder
 
 
 def test_a_schemathesis_case_replays_through_the_same_command(stand_in: str, tmp_path: Path) -> None:
