@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -153,8 +154,23 @@ def save_replay(out: Path, name: str, number: int, sent: Sent, died: bool, log: 
         ],
         "log": log.splitlines()[-200:],
     }
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    path.write_text(portable(json.dumps(record, indent=1)) + "\n")
     return path
+
+
+# where this machine keeps things, as tracebacks and the served model's name show them
+_PLACES = [
+    (re.compile(r"/[^\s\"']*/fixpack-fuzz-[^/\s\"']+/"), ""),  # the model's folder: its name stays
+    (re.compile(r"/[^\s\"']*/site-packages/"), "SITE/"),
+    (re.compile(r"/[^\s\"']*/lib/python3\.\d+/"), "PYTHON/"),
+]
+
+
+def portable(text: str) -> str:
+    """A replay file's text without this machine's paths, so that it can be kept and read anywhere."""
+    for place, name in _PLACES:
+        text = place.sub(name, text)
+    return text
 
 
 def schema_run(target: Target, seed: int, seconds: float, examples: int, out: Path) -> fuzz_schema.SweepResult:

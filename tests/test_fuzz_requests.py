@@ -169,3 +169,23 @@ def test_a_server_is_up_while_it_runs_and_answers_health(stand_in: str) -> None:
     assert still_up(stand_in, lambda: True) and still_up(stand_in, lambda: True, settle=0.5)
     assert not still_up(stand_in, lambda: False)  # its process has ended
     assert not still_up("http://127.0.0.1:9", lambda: True)  # nothing answers there
+
+
+def test_a_replay_file_keeps_no_path_of_this_machine(tmp_path: Path) -> None:
+    from bench.fuzz import portable, save_replay
+    from bench.fuzz_client import Sent
+
+    model = "/tmp/fixpack-fuzz-abc123/tiny-qwen3"
+    sent = Sent([("/v1/completions", {"model": model})], [(500, "boom", 0.1)], [judge(500, "boom", False)])
+    log = (
+        '  File "/home/ci/venv/lib/python3.11/site-packages/vllm/v1/engine/core.py", line 3\n'
+        '  File "/usr/lib/python3.11/concurrent/futures/_base.py", line 9\n'
+    )
+    saved = save_replay(tmp_path, "stock", 1, sent, True, log)
+    record = json.loads(saved.read_text())
+    assert record["requests"][0]["body"]["model"] == "tiny-qwen3"
+    assert record["log"] == [
+        '  File "SITE/vllm/v1/engine/core.py", line 3',
+        '  File "PYTHON/concurrent/futures/_base.py", line 9',
+    ]
+    assert portable("no path here") == "no path here"
