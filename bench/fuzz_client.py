@@ -106,6 +106,14 @@ def replay(path: Path, url: str, timeout: float = TIMEOUT) -> list[Verdict]:
     return send_batch(url, batch, timeout).verdicts
 
 
+def saved_kinds(path: Path) -> list[str]:
+    """The verdict of each request of a replay file as it was saved (a Schemathesis case: by its status)."""
+    record = json.loads(path.read_text())
+    if "requests" not in record:
+        return ["5xx" if record["status"] >= 500 else f"{record['status'] // 100}xx"]
+    return [r["verdict"]["kind"] for r in record["requests"]]
+
+
 def served_model(url: str) -> str | None:
     """The id of the one model ``url`` serves (``/v1/models``), or None."""
     try:

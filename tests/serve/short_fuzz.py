@@ -16,8 +16,10 @@ from server import Server
 
 sys.path.insert(0, str(build_env.REPO))
 
-from bench.fuzz_client import SETTLE, TIMEOUT, Sent, model_of, send_batch, still_up  # noqa: E402
+from bench.fuzz_client import SETTLE, TIMEOUT, Sent, model_of, replay, saved_kinds, send_batch, still_up  # noqa: E402
 from bench.fuzz_requests import Model, batches, listed  # noqa: E402
+
+__all__ = ["BATCHES", "SEED", "Run", "replay", "saved_kinds", "short_fuzz"]
 
 SEED = 78  # its 5th batch holds an out-of-vocabulary stop id with min_tokens
 BATCHES = 40

@@ -11,6 +11,8 @@ against the pack, each server started with the tiny recipe's own serve arguments
 - A JSON body that is not an object (Schemathesis's find, issue 46) on four JSON endpoints: 500 on
   stock, each an ``AttributeError`` in a request model's before-validator, the server still up; 400
   with the pack (request-body-object).
+- Saved failures of the fuzzer's long run (bench/replays/), replayed: the stock server fails them
+  again.
 - The serve tier's short seeded fuzz (short_fuzz.py) on the patched server: every batch answered,
   the server up, no failure the README does not list (``test_serve.py`` runs the same seed on a
   stock server, which the stop-id killer ends).
@@ -46,7 +48,7 @@ from killers import (
     stop_id_requests,
 )
 from server import Server, free_port, logs_on_failure
-from short_fuzz import BATCHES, SEED, short_fuzz
+from short_fuzz import BATCHES, SEED, replay, saved_kinds, short_fuzz
 from test_accept import TINY, one, recipe_argv, run_cli
 from test_serve import (
     CHECK_LINE,
@@ -65,6 +67,9 @@ LEAK = "allowed-token-ids-leak"
 LEAK_RUNS = 10
 MORE = 20  # ordinary requests the patched server answers after the refusals
 EXIT_TIMEOUT = 120.0
+REPLAYS = build_env.REPO / "bench" / "replays"
+# saved failures of the fuzzer's long run (bench/README.md) that the stock server fails again
+REPLAYED = ("stock-00027.json", "stock-schema-5xx-001.json")
 NOT_GET = re.compile(r"AttributeError: '(list|str|int|bool)' object has no attribute 'get'")
 STOCK_LOG = [  # the stock server's own lines, in this order
     "IndexError: index 5000000 is out of bounds for dimension 1 with size 1024",
@@ -95,6 +100,7 @@ def test_stock_server(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
             choices = [choice_answer(stock, tiny_model) for _ in range(3)]
             leaks = leak_runs(stock, tiny_model)
             bodies = not_object_answers(stock)
+            replayed = {name: [v.kind for v in replay(REPLAYS / name, stock.url(""))] for name in REPLAYED}
             assert health(stock) == 200
             sent = time.monotonic()
             killed = post(stock, "/v1/completions", stop_id_requests(tiny_model)["/v1/completions"])
@@ -108,6 +114,7 @@ def test_stock_server(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
             stock.stop()
         assert [status for status, _ in choices] == [500, 500, 500], choices
         assert all(status == 500 for statuses in bodies.values() for status in statuses), bodies
+        assert replayed == {name: saved_kinds(REPLAYS / name) for name in REPLAYED}, replayed
         assert len(NOT_GET.findall(stock.text())) == sum(map(len, bodies.values())), "not the validators' 500s"
         log = stock.text()
         assert len(GRAMMAR.findall(log)) == 3, "the engine did not log the grammar's rejection three times"
