@@ -47,6 +47,7 @@ from packaging.version import Version
 from ...cookbook.tomlfile import tomllib
 from ...errors import EnvironmentProblem, UsageError
 from ...models import Profile
+from . import history
 
 # PEP 518: a project without a [build-system] table is built with setuptools (pip's default).
 DEFAULT_REQUIRES = ("setuptools>=40.8.0",)
@@ -68,6 +69,15 @@ def _run(args: list[str], what: str, cwd: Path | None = None, env: dict[str, str
     output = done.stdout + done.stderr
     if done.returncode != 0:
         raise EnvironmentProblem(f"{what} failed (exit {done.returncode}): {shlex.join(args)}", details=why(output))
+    return output
+
+
+def _git_step(args: list[str], what: str, cwd: Path | None = None) -> str:
+    """One git step of the build, as ``_run`` runs the others."""
+    done = history.git(args, cwd)
+    output = (done.stdout + done.stderr).decode(errors="replace")
+    if done.returncode != 0:
+        raise EnvironmentProblem(f"{what} failed (exit {done.returncode}): git {shlex.join(args)}", details=why(output))
     return output
 
 
@@ -172,27 +182,22 @@ def check_repo(source: str, ref: str) -> str:
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0")  # a wrong URL fails instead of asking for a password
     local = Path(source).expanduser()
     if local.exists():
-        git = ["git", "-C", str(local)]
-        bare = subprocess.run([*git, "rev-parse", "--is-bare-repository"], capture_output=True, text=True, env=env)
-        top = subprocess.run([*git, "rev-parse", "--show-toplevel"], capture_output=True, text=True, env=env)
+        bare = history.git(["-C", str(local), "rev-parse", "--is-bare-repository"], env=env)
+        top = history.git(["-C", str(local), "rev-parse", "--show-toplevel"], env=env)
         is_repo = bare.returncode == 0 and (
-            bare.stdout.strip() == "true"
-            or (top.returncode == 0 and Path(top.stdout.strip()).resolve() == local.resolve())
+            bare.stdout.strip() == b"true"
+            or (top.returncode == 0 and Path(os.fsdecode(top.stdout.strip())).resolve() == local.resolve())
         )
         if not is_repo:
             raise UsageError(f"--vllm-gaudi {source} is not a git repository (a clone or checkout of vllm-gaudi)")
-        found = subprocess.run(
-            [*git, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], capture_output=True, text=True, env=env
-        )
+        found = history.git(["-C", str(local), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], env=env)
         if found.returncode != 0:
             raise UsageError(f"--vllm-gaudi {source} has no commit {ref} (fetch it, or give --ref)")
-        return f"vllm-gaudi: {source} has {ref} ({found.stdout.strip()[:12]})"
+        return f"vllm-gaudi: {source} has {ref} ({found.stdout.decode().strip()[:12]})"
     if not _is_url(source):
         raise UsageError(f"--vllm-gaudi {source}: no such folder, and not a git URL")
     try:
-        listed = subprocess.run(
-            ["git", "ls-remote", source], capture_output=True, text=True, env=env, timeout=LS_REMOTE_TIMEOUT
-        )
+        listed = history.git(["ls-remote", source], env=env, timeout=LS_REMOTE_TIMEOUT)
     except subprocess.TimeoutExpired:
         raise EnvironmentProblem(
             f"--vllm-gaudi {source}: git ls-remote got no answer in {LS_REMOTE_TIMEOUT} s"
@@ -200,9 +205,9 @@ def check_repo(source: str, ref: str) -> str:
     if listed.returncode != 0:
         raise EnvironmentProblem(
             f"--vllm-gaudi {source} cannot be reached (git ls-remote exit {listed.returncode})",
-            details=why(listed.stdout + listed.stderr),
+            details=why((listed.stdout + listed.stderr).decode(errors="replace")),
         )
-    refs = [line.split("\t", 1) for line in listed.stdout.splitlines() if "\t" in line]
+    refs = [line.split("\t", 1) for line in listed.stdout.decode(errors="replace").splitlines() if "\t" in line]
     names = {name.removesuffix("^{}") for _, name in refs}
     if {ref, f"refs/tags/{ref}", f"refs/heads/{ref}"} & names:
         return f"vllm-gaudi: {source} has {ref}"
@@ -293,16 +298,14 @@ def build(
         # checkout, and the tags that setuptools-scm reads the version from come along.
         start = time.monotonic()
         yield f"cloning vllm-gaudi from {vllm_gaudi}"
-        _run(["git", "clone", "--quiet", "--no-checkout", vllm_gaudi, str(checkout)], "cloning vllm-gaudi")
+        _git_step(["clone", "--quiet", "--no-checkout", vllm_gaudi, str(checkout)], "cloning vllm-gaudi")
         try:
-            _run(
-                ["git", "-c", "advice.detachedHead=false", "checkout", "--quiet", ref], f"checking out {ref}", checkout
-            )
+            _git_step(["-c", "advice.detachedHead=false", "checkout", "--quiet", ref], f"checking out {ref}", checkout)
         except EnvironmentProblem as exc:
             raise UsageError(
                 f"--vllm-gaudi {vllm_gaudi} has no commit {ref} (give --ref)", details=exc.details
             ) from None
-        head = _run(["git", "rev-parse", "HEAD"], "reading the checked-out commit", checkout).strip()
+        head = _git_step(["rev-parse", "HEAD"], "reading the checked-out commit", checkout).strip()
         yield f"cloned and checked out {ref} ({head[:12]}) in {_since(start)}"
 
         requires = build_requires(checkout)

@@ -9,8 +9,10 @@ import re
 import subprocess
 import textwrap
 from collections.abc import Mapping
+from pathlib import Path
 
-from ...errors import UsageError
+from ...errors import EnvironmentProblem, UsageError
+from . import history
 
 __all__ = ["WIDTH", "wrap", "fill", "absolute_figures", "markdown", "inline", "identities"]
 
@@ -100,12 +102,10 @@ def _identity(value: str, what: str) -> str:
 
 def _git_config(key: str, env: Mapping[str, str], cwd: str | None) -> str:
     try:
-        done = subprocess.run(
-            ["git", "config", "--get", key], capture_output=True, text=True, env=dict(env), cwd=cwd, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError):
+        done = history.git(["config", "--get", key], Path(cwd) if cwd else None, env=env, timeout=30)
+    except (EnvironmentProblem, subprocess.SubprocessError):
         return ""
-    return done.stdout.strip() if done.returncode == 0 else ""
+    return done.stdout.decode(errors="replace").strip() if done.returncode == 0 else ""
 
 
 def _git_identity(role: str, env: Mapping[str, str], cwd: str | None) -> tuple[str, str, list[str]]:

@@ -11,7 +11,7 @@ import re
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,12 +30,21 @@ def pr_number(ref: str) -> str | None:
     return found.group(1) if found else None
 
 
-def git(args: list[str], cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    """Run git in ``cwd``: the one place the maintain commands run it."""
+def git(
+    args: list[str],
+    cwd: Path | None = None,
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``git ARGS`` in ``cwd``: the one place the maintainer's commands run git. A timeout is the
+    caller's to handle (``subprocess.TimeoutExpired``)."""
     try:
-        return subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True, check=False)
-    except FileNotFoundError:
-        raise EnvironmentProblem("git is not installed: it reads the upstream tree's history") from None
+        return subprocess.run(
+            ["git", *args], cwd=cwd, input=stdin, capture_output=True, check=False, env=env, timeout=timeout
+        )
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot run git: {exc}") from None
 
 
 def patch_id(diff_text: str, cwd: Path) -> str | None:
@@ -209,10 +218,10 @@ def merge(current: bytes, base: bytes, fixed: bytes, release: str, fix: str) -> 
         for name, content in (("current", current), ("base", base), ("fixed", fixed)):
             (Path(tmp) / name).write_bytes(content)
             files.append(str(Path(tmp) / name))
-        args = ["git", "merge-file", "-p", *(a for label in labels for a in ("-L", label)), *files]
+        args = ["merge-file", "-p", *(a for label in labels for a in ("-L", label)), *files]
         try:
-            out = subprocess.run(args, capture_output=True, check=False, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
+            out = git(args, timeout=60)
+        except (EnvironmentProblem, subprocess.TimeoutExpired):
             return None
     if out.returncode < 0 or out.returncode > 127:  # git's own failure, not a count of conflicts
         return None
