@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -53,7 +54,7 @@ from test_serve import copy_env, entry_point, vllm_environ  # noqa: E402
 
 from bench import fuzz_schema  # noqa: E402
 from bench.fuzz_client import SETTLE, TIMEOUT, Sent, model_of, replay, send_batch, still_up  # noqa: E402
-from bench.fuzz_requests import batches  # noqa: E402
+from bench.fuzz_requests import batches, listed  # noqa: E402
 
 KINDS = ("served", "4xx", "5xx", "stream-error", "unanswered", "hang")
 
@@ -186,6 +187,26 @@ def schema_run(target: Target, seed: int, seconds: float, examples: int, out: Pa
     return result
 
 
+def summary(out: Path, server: str) -> list[str]:
+    """Each failed request of a run's replay files for ``server``, counted by verdict and cause: in
+    a batch after which the server died, one the README lists (``fuzz_requests.listed``), or
+    neither; then the files of the last."""
+    counts: Counter[tuple[str, str]] = Counter()
+    unlisted: dict[str, list[str]] = {}
+    for path in sorted(out.glob(f"{server}-[0-9]*.json")):
+        record = json.loads(path.read_text())
+        for request in record["requests"]:
+            kind = request["verdict"]["kind"]
+            if kind in ("served", "4xx"):
+                continue
+            cause = "a death's batch" if record["died"] else listed(request["body"]) or "not listed"
+            counts[(kind, cause)] += 1
+            if cause == "not listed":
+                unlisted.setdefault(path.name, []).append(request["verdict"]["detail"][:100])
+    lines = [f"{n:5d}  {kind}: {cause}" for (kind, cause), n in sorted(counts.items())]
+    return lines + [f"not listed: {name}: {'; '.join(details)}" for name, details in unlisted.items()]
+
+
 def loopback(url: str) -> bool:
     """Whether ``url`` names this machine: the fuzzer sends only to servers on 127.0.0.1."""
     return urllib.parse.urlsplit(url).hostname in ("127.0.0.1", "localhost", "::1")
@@ -222,11 +243,18 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--schema-examples", type=int, default=100, help="Schemathesis's bound per operation")
     run.add_argument("--out", type=Path, default=Path("fuzz-out"))
     run.add_argument("--json", type=Path)
+    sums = sub.add_parser("summary", help="each failure a run saved, by cause: listed, a death, or neither")
+    sums.add_argument("out", type=Path, help="the run's --out folder")
+    sums.add_argument("--server", default="patched")
     again = sub.add_parser("replay", help="send a saved batch (or Schemathesis case) again")
     again.add_argument("file", type=Path)
     again.add_argument("--url", required=True, help="a server on this machine: http://127.0.0.1:PORT")
     args = parser.parse_args(argv)
 
+    if args.command == "summary":
+        for line in summary(args.out, args.server):
+            print(line)
+        return 0
     if args.command == "replay":
         if not loopback(args.url):
             parser.error(f"--url {args.url}: the fuzzer sends only to a server on 127.0.0.1")

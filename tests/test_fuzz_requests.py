@@ -189,3 +189,20 @@ def test_a_replay_file_keeps_no_path_of_this_machine(tmp_path: Path) -> None:
         '  File "PYTHON/concurrent/futures/_base.py", line 9',
     ]
     assert portable("no path here") == "no path here"
+
+
+def test_a_summary_counts_each_failure_by_its_cause(tmp_path: Path) -> None:
+    from bench.fuzz import save_replay, summary
+    from bench.fuzz_client import Sent
+
+    grammar = {"structured_outputs": {"choice": ["yes"]}, "allowed_token_ids": [5]}
+    failed, served = judge(500, "boom", False), judge(200, json.dumps({"choices": []}), False)
+    save_replay(tmp_path, "patched", 1, Sent([("/v1/completions", grammar)], [(500, "boom", 0.1)], [failed]), False, "")
+    other = Sent([("/v1/completions", {"n": 2}), ("/v1/completions", {})], [(500, "x", 0.1), (200, "", 0.1)],
+                 [failed, served])  # fmt: skip
+    save_replay(tmp_path, "patched", 2, other, False, "")
+    save_replay(tmp_path, "patched", 3, Sent([("/v1/completions", {})], [(500, "y", 0.1)], [failed]), True, "")
+    save_replay(tmp_path, "stock", 1, Sent([("/v1/completions", {})], [(500, "z", 0.1)], [failed]), False, "")
+    lines = summary(tmp_path, "patched")
+    assert lines[:3] == ["    1  5xx: a death's batch", "    1  5xx: grammar-without-token", "    1  5xx: not listed"]
+    assert len(lines) == 4 and lines[3].startswith("not listed: patched-00002.json: HTTP 500")
