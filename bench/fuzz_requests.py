@@ -20,6 +20,7 @@ message each fail the request.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,15 +187,20 @@ def judge(status: int | None, text: str, streamed: bool) -> Verdict:
     return Verdict("served")
 
 
+_SSE_LINE = re.compile(r"\r\n|\r|\n")
+
+
 def _judge_stream(text: str) -> Verdict:
-    events = [line[len("data: ") :] for line in text.splitlines() if line.startswith("data: ")]
+    # an event ends at a line break as SSE defines it, not at every break str.splitlines knows:
+    # a token's text may hold U+0085 or U+2028, which JSON leaves unescaped
+    events = [line[len("data: ") :] for line in _SSE_LINE.split(text) if line.startswith("data: ")]
     if not events or events[-1].strip() != "[DONE]":
         return Verdict("stream-error", f"the stream did not end with [DONE]: {text[-200:]}")
     for event in events[:-1]:
         try:
             chunk = json.loads(event)
-        except ValueError:
-            return Verdict("stream-error", f"an event that is not JSON: {event[:200]}")
+        except ValueError as exc:
+            return Verdict("stream-error", f"an event that is not JSON ({exc}): {event[:200]}")
         if "error" in chunk:
             # vLLM refuses a streamed request inside its stream: a client error there is a refusal
             error = chunk["error"] if isinstance(chunk["error"], dict) else {}

@@ -63,6 +63,9 @@ def test_the_oracle() -> None:
     assert judge(200, chunk + error + "data: [DONE]\n\n", True).kind == "stream-error"
     said = 'data: {"error": {"message": "Token id 1024 is out of vocabulary", "type": "BadRequest", "code": 400}}\n\n'
     assert judge(200, said + "data: [DONE]\n\n", True).kind == "4xx"  # a refusal inside the stream
+    # a token's text with line breaks that SSE does not break at, as vLLM's JSON leaves them
+    odd = 'data: {"choices": [{"text": "a\u2028b\x85c", "finish_reason": null}]}\r\n\r\n'
+    assert judge(200, odd + "data: [DONE]\n\n", True).kind == "served"
 
 
 def test_a_failure_is_listed_only_for_a_grammar_the_other_settings_can_leave_without_a_token() -> None:
