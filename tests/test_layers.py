@@ -53,6 +53,18 @@ ALLOWED = {
         "fixpack.runtime.rules",
         "fixpack.commands.install",
     },
+    # provenance (sbom: what an image build runs after the apply, to inventory it) reads the install
+    # wing's status and the maintain wing's diff: above both, and nothing imports it
+    "fixpack.commands.provenance": {
+        "fixpack",
+        "fixpack.core",
+        "fixpack.models",
+        "fixpack.errors",
+        "fixpack.cookbook",
+        "fixpack.site",
+        "fixpack.commands.install",
+        "fixpack.commands.maintain",
+    },
     "fixpack.commands": set(),  # the package itself: its wings only
     "fixpack.cli": {"fixpack", "fixpack.commands", "fixpack.cookbook", "fixpack.errors", "fixpack.models"},
     "fixpack.proofkit": set(),

@@ -21,6 +21,7 @@ COMMANDS = {
     "list": "site_commands:list_",
     "show": "site_commands:show",
     "profiles": "site_commands:profiles",
+    "sbom": "site_commands:sbom",
     "verify": "maintainer:verify",
     "diff": "upstream_commands:diff",
     "lock": "maintainer:lock",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -307,4 +308,61 @@ def profiles(as_json: bool) -> int:
             print(f"  refused beside {dist}: use profile {other}")
         if row["draft"]:
             print(f"  draft ({row['draft']}): only fixpack port and fixpack lock take it")
+    return 0
+
+
+SBOM_EPILOG = """\b
+Exit codes: 0 written; 1 refused (nothing applied, the fix set does not hold,
+the --merge document lacks a distribution); 2 usage (a --merge file that cannot
+be read, is not JSON or not CycloneDX 1.5, 1.6 or 1.7); 3 environment (not
+installed, the output cannot be written, cyclonedx-python-lib missing).
+Nothing is written unless the whole document is.
+"""
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=SBOM_EPILOG)
+@SITE
+@click.option(
+    "--overlay",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="Record the fixes applied into this overlay (fixpack apply --overlay DIR) over the site's files.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="Write the document to FILE (default: stdout), whole or not at all.",
+)
+@click.option(
+    "--merge",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="Add the pedigree to FILE, a CycloneDX JSON document of this environment (cyclonedx-py environment's): "
+    "each pinned distribution's component, found by purl (qualifiers ignored) or by name and version, gets its "
+    "patches; the rest is kept as it is, the serial number too, and version goes up by one.",
+)
+@guard(result_error)  # no --json: the error is one line on stderr
+def sbom(site: Path | None, overlay: Path | None, output: Path | None, merge: Path | None) -> int:
+    """Write what is applied as a CycloneDX 1.6 SBOM (JSON).
+
+    Each pinned distribution is a component whose pedigree holds the build as installed and one
+    patch per fix that changed it (the diff fixpack diff prints, its type from the fix's
+    [upstream] fields, the issues it resolves), with its patched files and their hashes; the
+    runtime check is a component of its own; the fix-set digest, profile, opt-ins and fixes are
+    properties. No fix resolves a CVE. The same site gives the same bytes; the timestamp is
+    SOURCE_DATE_EPOCH's, or there is none. Needs fixpack's sbom extra (cyclonedx-python-lib).
+    """
+    from ..commands.provenance.sbom import sbom as run
+    from ..commands.provenance.sbom import write
+
+    done = run(catalog(), site, overlay, merge, os.environ.get("SOURCE_DATE_EPOCH"))
+    said = f"sbom: CycloneDX {done.spec}, {done.fixes} patches"
+    if output is None or str(output) == "-":
+        sys.stdout.write(done.text)
+    else:
+        write(done.text, output)
+        said += f", written to {output}"
+    render.notes([said])
     return 0

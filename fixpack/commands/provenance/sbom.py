@@ -1,0 +1,95 @@
+"""``fixpack sbom``: the installed state as a CycloneDX 1.6 JSON document, each applied fix a patch in
+its distribution's pedigree (``document`` says what it holds, ``facts`` the rule of each patch's
+type), or with ``--merge FILE`` that pedigree added to another tool's document of the same
+environment (``merge``). cyclonedx-python-lib (fixpack's ``sbom`` extra) is imported here, when
+the command runs, and nowhere else.
+
+The same site gives the same bytes, however often and wherever it is copied to; the timestamp is
+``SOURCE_DATE_EPOCH``'s, or there is none."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ...cookbook.catalog import Catalog
+from ...errors import EnvironmentProblem, FixpackError, UsageError
+from ...site import files
+from .facts import applied
+
+__all__ = ["Sbom", "sbom", "write"]
+
+EXTRA = "pip install 'fixpack[sbom]' (cyclonedx-python-lib[json-validation] 11)"
+
+
+@dataclass(frozen=True, slots=True)
+class Sbom:
+    text: str  # the JSON document
+    spec: str  # its CycloneDX version: 1.6, or the --merge input's
+    fixes: int  # the patches recorded: one per fix and distribution it changes
+
+
+def _timestamp(epoch: str | None) -> datetime | None:
+    if not epoch:
+        return None
+    try:
+        return datetime.fromtimestamp(int(epoch), timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        raise UsageError(f"SOURCE_DATE_EPOCH {epoch!r}: expected seconds since 1970-01-01 UTC") from None
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--merge {path}: cannot read it ({exc.strerror or exc})", path=str(path)) from None
+
+
+def sbom(
+    catalog: Catalog,
+    site: Path | None,
+    overlay: Path | None = None,
+    merge: Path | None = None,
+    epoch: str | None = None,
+) -> Sbom:
+    """The document of what is applied in ``site`` (or the ``overlay``), or ``merge``'s document with
+    it added; ``epoch``: SOURCE_DATE_EPOCH's value. Checked against the library's schema before it
+    is returned."""
+    when = _timestamp(epoch)
+    raw = _read(merge) if merge is not None else None
+    prov = applied(catalog, site, overlay)
+    try:
+        from cyclonedx.exception import MissingOptionalDependencyException
+
+        from . import document
+        from .merge import merge as graft
+    except ImportError as exc:
+        missing = (exc.name or "a module it imports").partition(".")[0]
+        raise EnvironmentProblem(f"fixpack sbom needs cyclonedx-python-lib ({missing} is missing): {EXTRA}") from None
+    try:
+        if raw is None:
+            text, spec = document.render(document.bom(prov, when)), "1.6"
+        else:
+            text, spec = graft(raw, str(merge), prov)
+        problem = document.invalid(text, document.SPECS[spec])
+    except MissingOptionalDependencyException as exc:
+        raise EnvironmentProblem(f"fixpack sbom validates what it writes, and {exc}: {EXTRA}") from None
+    if problem is not None:
+        raise FixpackError(f"the document made is not valid CycloneDX {spec} ({problem}): a bug in fixpack")
+    return Sbom(text, spec, sum(len(pd.patches) for pd in prov.dists))
+
+
+def write(text: str, output: Path) -> None:
+    """``output`` holds ``text`` whole, or is as it was: written beside it and renamed over it."""
+    if output.is_dir():
+        raise EnvironmentProblem(f"--output {output}: is a directory", path=str(output))
+    try:
+        files.atomic_write(output, text.encode("utf-8"), like=output)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            files.tmp_name(output).unlink()
+        raise EnvironmentProblem(
+            f"--output {output}: cannot write it ({exc.strerror or exc})", path=str(output)
+        ) from None
