@@ -160,10 +160,10 @@ def save_replay(out: Path, name: str, number: int, sent: Sent, died: bool, log: 
 
 
 # where this machine keeps things, as tracebacks and the served model's name show them
-_PLACES = [
-    (re.compile(r"/[^\s\"']*/fixpack-fuzz-[^/\s\"']+/"), ""),  # the model's folder: its name stays
+_PLACES = [  # in this order: a copied venv lies in the fuzzer's folder
     (re.compile(r"/[^\s\"']*/site-packages/"), "SITE/"),
     (re.compile(r"/[^\s\"']*/lib/python3\.\d+/"), "PYTHON/"),
+    (re.compile(r"/[^\s\"']*/fixpack-fuzz-[^/\s\"']+/"), ""),  # the model's folder: its name stays
 ]
 
 

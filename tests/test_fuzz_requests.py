@@ -181,7 +181,7 @@ def test_a_replay_file_keeps_no_path_of_this_machine(tmp_path: Path) -> None:
     model = "/tmp/fixpack-fuzz-abc123/tiny-qwen3"
     sent = Sent([("/v1/completions", {"model": model})], [(500, "boom", 0.1)], [judge(500, "boom", False)])
     log = (
-        '  File "/home/ci/venv/lib/python3.11/site-packages/vllm/v1/engine/core.py", line 3\n'
+        '  File "/tmp/fixpack-fuzz-abc123/env/lib/python3.11/site-packages/vllm/v1/engine/core.py", line 3\n'
         '  File "/usr/lib/python3.11/concurrent/futures/_base.py", line 9\n'
     )
     saved = save_replay(tmp_path, "stock", 1, sent, True, log)
