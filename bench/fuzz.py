@@ -207,6 +207,49 @@ def summary(out: Path, server: str) -> list[str]:
     return lines + [f"not listed: {name}: {'; '.join(details)}" for name, details in unlisted.items()]
 
 
+def keep_distinct(out: Path, dest: Path, server: str) -> list[Path]:
+    """The first replay file of each distinct failing request (its body but the model's name),
+    copied to ``dest`` with its answers cut to 300 characters and only the log's error lines: the
+    files a README can list and a test can send again."""
+    seen: set[str] = set()
+    kept: list[Path] = []
+    rows: list[str] = []
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in sorted(out.glob(f"{server}-[0-9]*.json")):
+        record = json.loads(path.read_text())
+        failed = [r for r in record["requests"] if r["verdict"]["kind"] not in ("served", "4xx")]
+        keys = {json.dumps({k: v for k, v in r["body"].items() if k != "model"}, sort_keys=True) for r in failed}
+        if not keys - seen:
+            continue
+        seen |= keys
+        for request in record["requests"]:
+            request["answer"] = request["answer"][:300]
+        record["log"] = [line for line in record["log"] if " ERROR " in line or "Error" in line]
+        kept.append(dest / path.name)
+        kept[-1].write_text(json.dumps(record, indent=1) + "\n")
+        rows += [_index_row(path.name, r) for r in failed]
+    (dest / "INDEX.md").write_text(
+        f"# The failing requests of `{server}`, one replay file each\n\n"
+        "Written by `python3 bench/fuzz.py keep`: each file is the first batch a distinct failing request "
+        "was in; send it again with `python3 bench/fuzz.py replay FILE --url http://127.0.0.1:PORT`.\n\n"
+        "| file | endpoint | verdict | constraint | other settings | listed as |\n|---|---|---|---|---|---|\n"
+        + "".join(rows)
+    )
+    return kept
+
+
+_SETTINGS = ("allowed_token_ids", "bad_words", "logit_bias", "min_tokens", "stop_token_ids", "ignore_eos",
+             "n", "echo", "logprobs", "stream")  # fmt: skip
+
+
+def _index_row(name: str, request: dict[str, Any]) -> str:
+    body = request["body"]
+    constraint = json.dumps(body.get("structured_outputs") or body.get("response_format") or "")
+    settings = ", ".join(f"{k} {json.dumps(body[k])}" for k in _SETTINGS if body.get(k) not in (None, False, [], {}))
+    why = listed(body) or "not listed: see bench/README.md"
+    return f"| {name} | {request['endpoint']} | {request['verdict']['kind']} | `{constraint}` | {settings} | {why} |\n"
+
+
 def loopback(url: str) -> bool:
     """Whether ``url`` names this machine: the fuzzer sends only to servers on 127.0.0.1."""
     return urllib.parse.urlsplit(url).hostname in ("127.0.0.1", "localhost", "::1")
@@ -246,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     sums = sub.add_parser("summary", help="each failure a run saved, by cause: listed, a death, or neither")
     sums.add_argument("out", type=Path, help="the run's --out folder")
     sums.add_argument("--server", default="patched")
+    keep = sub.add_parser("keep", help="copy one replay file per distinct failing request, trimmed, to keep")
+    keep.add_argument("out", type=Path, help="the run's --out folder")
+    keep.add_argument("dest", type=Path)
+    keep.add_argument("--server", default="patched")
     again = sub.add_parser("replay", help="send a saved batch (or Schemathesis case) again")
     again.add_argument("file", type=Path)
     again.add_argument("--url", required=True, help="a server on this machine: http://127.0.0.1:PORT")
@@ -254,6 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "summary":
         for line in summary(args.out, args.server):
             print(line)
+        return 0
+    if args.command == "keep":
+        kept = keep_distinct(args.out, args.dest, args.server)
+        print(f"fuzz: kept {len(kept)} replay files in {args.dest}")
         return 0
     if args.command == "replay":
         if not loopback(args.url):

@@ -221,6 +221,14 @@ LISTED = {
         "stop ids under min_tokens, ignore_eos): the engine samples a token the grammar rejects and "
         "fails the request; vLLM #53665's wider case, of which upstream's #54218 fixes only min_tokens"
     ),
+    "echo-stream-prompt-logprobs": (
+        "a streamed completion with echo, logprobs and n >= 2: KeyError in _create_completion_logprobs, an "
+        "error event. As the code reads (one failure, not reproduced at will): when the client reads slower "
+        "than the engine writes, vLLM's output collector merges a child's first output, the one carrying "
+        "the prompt's logprobs, into another child's later one, and RequestOutput.add keeps the first's "
+        "prompt_logprobs (None); the echo then lines up the prompt's token ids with the sampled token's "
+        "logprobs. No vLLM issue found"
+    ),
 }
 
 
@@ -231,4 +239,8 @@ def listed(body: dict[str, Any]) -> str | None:
     masked = any(body.get(k) for k in ("allowed_token_ids", "bad_words", "logit_bias", "ignore_eos")) or bool(
         body.get("min_tokens") and body.get("stop_token_ids")
     )
-    return "grammar-without-token" if constrained and masked else None
+    if constrained and masked:
+        return "grammar-without-token"
+    if body.get("stream") and body.get("echo") and body.get("logprobs") is not None and body.get("n", 1) >= 2:
+        return "echo-stream-prompt-logprobs"
+    return None
