@@ -50,7 +50,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "serve")]
 import build_env  # noqa: E402
 from build_env import ServeEnv  # noqa: E402
 from server import Server, ServerError, free_port  # noqa: E402
-from test_serve import copy_env, entry_point, vllm_environ  # noqa: E402
+from vllm_serve import copy_env, entry_point, vllm_environ  # noqa: E402
 
 from bench import fuzz_schema  # noqa: E402
 from bench.fuzz_client import SETTLE, TIMEOUT, Sent, model_of, replay, send_batch, still_up  # noqa: E402

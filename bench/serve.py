@@ -59,7 +59,7 @@ sys.path.insert(0, str(REPO / "tests" / "serve"))
 import build_env  # noqa: E402
 from build_env import ServeEnv  # noqa: E402
 from server import Server, free_port  # noqa: E402
-from test_serve import ROLE, entry_point, serve_args, vllm_environ  # noqa: E402
+from vllm_serve import ROLE, entry_point, serve_args, vllm_environ  # noqa: E402
 
 CHECK_MS = re.compile(
     r"fixpack: profile \S+, fix set .+?, mode .+?, pid (?P<pid>\d+), \d+ files checked in (?P<ms>[\d.]+) ms"

@@ -35,7 +35,7 @@ from typing import Any
 import build_env
 from build_env import ServeEnv
 from server import Server, free_port, logs_on_failure
-from test_serve import entry_point, vllm_environ
+from vllm_serve import entry_point, vllm_environ
 
 from fixpack.commands.recipes.accept import accept
 from fixpack.cookbook.recipes import load_recipe

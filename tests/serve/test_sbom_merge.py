@@ -17,7 +17,7 @@ from pathlib import Path
 import build_env
 import pytest
 from build_env import ServeEnv
-from test_serve import copy_env, entry_point, vllm_environ
+from vllm_serve import copy_env, entry_point, vllm_environ
 
 REPO = build_env.REPO
 PINNED = {"vllm", "vllm-gaudi"}

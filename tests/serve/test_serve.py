@@ -25,10 +25,8 @@ process group; a failure prints the tail of each server's log.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import time
@@ -40,111 +38,24 @@ from build_env import ServeEnv
 from killers import assert_refused, choice_answer, not_object_answers, post, stop_id_requests
 from server import Server, ServerError, free_port, logs_on_failure, wait_exits
 from short_fuzz import BATCHES, SEED, short_fuzz
+from vllm_serve import (
+    CHECK_LINE,
+    FIXPACK_LINE,
+    ROLE,
+    assert_checked_everywhere,
+    assert_no_fixpack,
+    copy_env,
+    entry_point,
+    fix_set,
+    serve_args,
+    stock_server,
+    vllm_environ,
+)
 
 REPO = build_env.REPO
 LOGPROB_TOLERANCE = 1e-4
 MAX_TOKENS = 16
 TOP = 5
-
-CHECK_LINE = re.compile(
-    r"fixpack: profile (?P<profile>\S+), fix set (?P<digest>[0-9a-f]{16}), (?P<count>\d+) fixes "
-    r"\((?P<fixes>[^)]*)\), mode (?P<mode>.+?), pid (?P<pid>\d+), \d+ files checked"
-)
-# the line names its own pid: workers share one stdout, and another worker's line can come between
-# vLLM's "(Worker pid=N)" prefix and the message it belongs to
-AGREE_LINE = re.compile(
-    r"fixpack: ranks (?P<ranks>\S+) agree on fix set (?P<digest>[0-9a-f]{16}) \(\d+ fixes\) "
-    r"in [\d.]+ ms, rank (?P<rank>\d+), pid (?P<pid>\d+)"
-)
-ROLE = re.compile(r"^\((?P<role>APIServer|EngineCore\w*|Worker\w*) pid=(?P<pid>\d+)\)", re.MULTILINE)
-
-
-def vllm_environ(bin_dir: Path, tp: int, bind: str | None = None) -> dict[str, str]:
-    """A vLLM process's environment: the venv's bin first, fixpack's plugin only, CPU settings
-    (``bind``: the node's cores, one list per local rank)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("FIXPACK_", "VLLM_"))
-        and k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE")
-    }
-    env.update(
-        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
-        VLLM_PLUGINS=build_env.PLUGIN,  # vllm-gaudi's plugins import habana_frameworks
-        VLLM_CPU_KVCACHE_SPACE="1",
-        HF_HUB_OFFLINE="1",
-        VLLM_NO_USAGE_STATS="1",
-        DO_NOT_TRACK="1",
-    )
-    if bind is not None:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = bind
-    elif tp == 2:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = "0|1"  # else "Not enough allowed NUMA nodes"
-    return env
-
-
-def serve_args(model: Path, port: int, tp: int) -> list[str]:
-    return [
-        "serve",
-        str(model),
-        "--tensor-parallel-size",
-        str(tp),
-        "--enforce-eager",
-        "--max-model-len",
-        "512",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
-
-
-def entry_point(
-    python: Path,
-    site: Path,
-    *extra: str,
-    opt_ins: tuple[str, ...] = build_env.OPT_INS,
-    profile: str = build_env.PROFILE,
-) -> list[str]:
-    return [
-        str(python),
-        str(REPO / "fixes" / "apply_all.py"),
-        "--profile",
-        profile,
-        *opt_ins,
-        "--site",
-        str(site),
-        *extra,
-    ]
-
-
-def stock_server(serve_env: ServeEnv, model: Path, tp: int, log: Path, name: str) -> Server:
-    """``vllm serve`` of the environment as built, without fixpack, on a free loopback port."""
-    port = free_port()
-    return Server(
-        [str(serve_env.bin / "vllm"), *serve_args(model, port, tp)],
-        env=vllm_environ(serve_env.bin, tp),
-        port=port,
-        log=log,
-        name=name,
-    )
-
-
-def fix_set(python: Path, site: Path, *extra: str) -> dict:
-    """``fixpack status --site SITE [--overlay DIR] --json``'s fix set, under the serve env's interpreter."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FIXPACK_")}
-    env["PYTHONPATH"] = str(REPO)
-    done = subprocess.run(
-        [str(python), "-m", "fixpack", "status", "--site", str(site), *extra, "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    status = json.loads(done.stdout)
-    assert status["fix_set"], status["notes"]
-    return status["fix_set"]
 
 
 # --- what a server answers -----------------------------------------------------------------------
@@ -223,52 +134,6 @@ def assert_same_answers(fixed: dict, stock: dict) -> None:
 # --- what a server logged ------------------------------------------------------------------------
 
 
-def assert_checked_everywhere(
-    server: Server, tree: set[int], fix_set: dict, mode: str, workers: int, profile: str = build_env.PROFILE
-) -> None:
-    """One runtime check line per vLLM process (API server, engine core, each worker), each with its
-    own pid and the status's digest; with more than one worker, each logs the ranks' agreement."""
-    log = server.text()
-    roles: dict[str, set[int]] = {}
-    for m in ROLE.finditer(log):
-        role = "worker" if m["role"].startswith("Worker") else m["role"].split("_")[0]
-        roles.setdefault(role, set()).add(int(m["pid"]))
-    assert roles.get("APIServer") == {server.pid}, roles  # --exec: the entry point's pid is the API server's
-    assert len(roles.get("EngineCore", ())) == 1, roles
-    assert len(roles.get("worker", ())) == workers, roles
-    processes = roles["APIServer"] | roles["EngineCore"] | roles["worker"]
-    assert processes <= tree, f"{sorted(processes)} not all in the server's process tree {sorted(tree)}"
-
-    lines = [m for m in CHECK_LINE.finditer(log)]
-    assert sorted(int(m["pid"]) for m in lines) == sorted(processes), (
-        f"runtime check lines from pids {[m['pid'] for m in lines]}, vLLM processes {roles}"
-    )
-    for m in lines:
-        assert m["profile"] == profile, m[0]
-        assert m["digest"] == fix_set["digest"], m[0]
-        assert m["fixes"].split(", ") == fix_set["fixes"] and int(m["count"]) == len(fix_set["fixes"]), m[0]
-        assert m["mode"] == mode, m[0]
-
-    agreed = list(AGREE_LINE.finditer(log))
-    if workers > 1:
-        assert sorted(int(m["pid"]) for m in agreed) == sorted(roles["worker"]), [m[0] for m in agreed]
-        assert sorted(int(m["rank"]) for m in agreed) == list(range(workers)), [m[0] for m in agreed]
-        for m in agreed:
-            assert m["ranks"] == f"0-{workers - 1}" and m["digest"] == fix_set["digest"], m[0]
-    else:
-        assert not agreed, "one rank has nothing to agree with"
-
-
-# fixpack's own log lines (the runtime check's, the agreement's, the overlay hook's), never a path
-# that happens to hold the word (CI's work folder is /tmp/fixpack-ci.XXXXXX)
-FIXPACK_LINE = re.compile(r"(?:^|[\]\s])fixpack(?: overlay)?: ")
-
-
-def assert_no_fixpack(server: Server) -> None:
-    lines = [line for line in server.text().splitlines() if FIXPACK_LINE.search(line)]
-    assert not lines, f"the server without fixpack logged: {lines[:3]}"
-
-
 def serve_and_ask(server: Server, model: Path) -> tuple[dict, set[int]]:
     with server:
         tree = server.descendants()
@@ -308,31 +173,6 @@ def test_overlay_tp2(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> N
         f"serve: overlay TP 2: ready in {fixed.ready_s:.1f} s (stock: {stock.ready_s:.1f} s); "
         f"fix set {digest['digest']}; scenario {time.monotonic() - start:.1f} s (with fixpack {fixed_s:.1f} s)"
     )
-
-
-GAUDI = ("vllm_gaudi", "vllm_gaudi-0.26.0.dist-info")  # vllm-gaudi as the environment installs it
-
-
-def copy_env(env: ServeEnv, dest: Path, gaudi: bool = True) -> ServeEnv:
-    """A copy of the environment to apply in place to: hard links (cp -al) for what an apply never
-    writes, real copies of the packages and their dist-info (what it writes; it replaces files by
-    renaming, so even a link would leave the original alone), and ``bin/vllm`` pointing at the copy's
-    interpreter. ``gaudi=False``: without vllm-gaudi, as vLLM's own builds are installed."""
-    subprocess.run(["cp", "-al", str(env.root), str(dest)], check=True)
-    copy = ServeEnv(dest)
-    for name in GAUDI:
-        shutil.rmtree(copy.site / name)
-    for name in ("vllm", f"vllm-{build_env.RELABELLED_VERSION}.dist-info", *(GAUDI if gaudi else ())):
-        shutil.rmtree(copy.site / name, ignore_errors=True)
-        shutil.copytree(env.site / name, copy.site / name, symlinks=True)
-    script = copy.bin / "vllm"
-    text = script.read_text().replace(f"#!{env.python}\n", f"#!{copy.python}\n", 1)
-    assert text.startswith(f"#!{copy.python}\n"), text[:200]
-    script.unlink()
-    script.write_text(text)
-    script.chmod(0o755)
-    (copy.root / build_env.STAMP).unlink()  # not the environment the builder checked
-    return copy
 
 
 def test_in_place_tp1(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from killers import health
 from make_sp_model import PIECES
 from server import Server, free_port, logs_on_failure
 from test_accept import one, run_cli
-from test_serve import CHECK_LINE, assert_no_fixpack, entry_point, serve_args, stock_server, vllm_environ
+from vllm_serve import CHECK_LINE, assert_no_fixpack, entry_point, serve_args, stock_server, vllm_environ
 
 HERE = Path(__file__).resolve().parent
 REQUESTS = 32  # 8 of each kind, one per prompt

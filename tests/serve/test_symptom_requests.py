@@ -50,7 +50,7 @@ from killers import (
 from server import Server, free_port, logs_on_failure
 from short_fuzz import BATCHES, SEED, replay, saved_kinds, short_fuzz
 from test_accept import TINY, one, recipe_argv, run_cli
-from test_serve import (
+from vllm_serve import (
     CHECK_LINE,
     assert_checked_everywhere,
     assert_no_fixpack,
