@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -266,7 +266,9 @@ def unsatisfied(requirements: list[str]) -> list[str]:
 def build(
     profile: Profile, site: Path, vllm_gaudi: str, vllm_wheel: Path | None = None, tag: str | None = None
 ) -> Iterator[str]:
-    """Install both distributions into ``site``, yielding a line for each step as it starts or ends."""
+    """Install both distributions into ``site``, yielding a line for each step as it starts or ends:
+    check the inputs, then in a folder beside ``site`` clone vllm-gaudi, build it with its own build
+    requirements, fetch and install vLLM, and rename the result into place."""
     vllm_version, _ = _pin(profile, "vllm")
     gaudi_version, gaudi_commit = _pin(profile, "vllm-gaudi")
     ref = tag or gaudi_commit or profile.release
@@ -279,86 +281,21 @@ def build(
     yield f"checking vllm-gaudi {vllm_gaudi} at {ref}"
     yield check_repo(vllm_gaudi, ref)
 
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    created = []  # the parents made here, removed again on failure
-    parent = site.parent
-    while not parent.exists():
-        created.append(parent)
-        parent = parent.parent
+    created = _missing_parents(site)  # removed again on failure
     site.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{site.name}.fixpack-build-", dir=site.parent))
     ready = False
     try:
         staging = tmp / "site"
         staging.mkdir()
-        checkout = tmp / "vllm-gaudi"
         yield f"building in {tmp} (removed at the end, whatever happens)"
-
-        # A clone, of a URL or a local checkout alike: the build never writes into the maintainer's
-        # checkout, and the tags that setuptools-scm reads the version from come along.
-        start = time.monotonic()
-        yield f"cloning vllm-gaudi from {vllm_gaudi}"
-        _git_step(["clone", "--quiet", "--no-checkout", vllm_gaudi, str(checkout)], "cloning vllm-gaudi")
-        try:
-            _git_step(["-c", "advice.detachedHead=false", "checkout", "--quiet", ref], f"checking out {ref}", checkout)
-        except EnvironmentProblem as exc:
-            raise UsageError(
-                f"--vllm-gaudi {vllm_gaudi} has no commit {ref} (give --ref)", details=exc.details
-            ) from None
-        head = _git_step(["rev-parse", "HEAD"], "reading the checked-out commit", checkout).strip()
-        yield f"cloned and checked out {ref} ({head[:12]}) in {_since(start)}"
-
-        requires = build_requires(checkout)
-        missing = unsatisfied(requires)
-        env = None
-        if not missing:
-            yield f"vllm-gaudi's build requirements are satisfied by {sys.executable}: {', '.join(requires) or 'none'}"
-        else:
-            buildenv = tmp / "buildenv"
-            start = time.monotonic()
-            yield (
-                f"installing vllm-gaudi's build requirements ([build-system] requires of its pyproject.toml: "
-                f"{', '.join(requires)}) into a private folder, {buildenv}, not into this environment; "
-                f"not satisfied here: {', '.join(missing)}"
-            )
-            _run([*pip, "install", "--target", str(buildenv), *requires], "installing vllm-gaudi's build requirements")
-            yield f"installed the build requirements in {_since(start)}"
-            env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(buildenv), env.get("PYTHONPATH", "")) if p)
-
-        start = time.monotonic()
-        yield (
-            f"building vllm-gaudi {gaudi_version} at {ref} (pip install --no-deps --no-build-isolation --target"
-            + (", the build requirements first on PYTHONPATH)" if env else ")")
-        )
-        _run(
-            [*pip, "install", "--no-deps", "--no-build-isolation", "--target", str(staging), str(checkout)],
-            "building and installing vllm-gaudi",
-            env=env,
-        )
-        yield f"installed vllm-gaudi in {_since(start)}"
-
+        head = yield from _clone(vllm_gaudi, ref, tmp / "vllm-gaudi")
+        env = yield from _build_requirements(tmp / "vllm-gaudi", tmp / "buildenv")
+        yield from _install_gaudi(tmp / "vllm-gaudi", staging, gaudi_version, ref, env)
         if vllm_wheel is None:
-            download = tmp / "download"
-            start = time.monotonic()
-            yield f"downloading vllm=={vllm_version} from the package index (a ~300 MB wheel; no progress shown)"
-            _run([*pip, "download", "--no-deps", "-d", str(download), f"vllm=={vllm_version}"], "downloading vLLM")
-            wheels = sorted(download.glob("vllm-*.whl"))
-            if not wheels:
-                raise EnvironmentProblem(f"pip download vllm=={vllm_version} gave no wheel (only an sdist?)")
-            vllm_wheel = wheels[0]
-            yield f"downloaded {vllm_wheel.name} ({_mb(vllm_wheel)}) in {_since(start)}"
-        start = time.monotonic()
-        yield f"installing {vllm_wheel.name} ({_mb(vllm_wheel)}) (pip install --no-deps --target)"
-        _run([*pip, "install", "--no-deps", "--target", str(staging), str(vllm_wheel)], "installing vLLM")
-        yield f"installed vLLM in {_since(start)}"
-
-        try:
-            if site.is_dir():
-                site.rmdir()  # the empty folder checked at the start
-            staging.rename(site)
-        except OSError as exc:
-            raise EnvironmentProblem(f"cannot move the built site into place at {site}: {exc}") from None
+            vllm_wheel = yield from _download_vllm(vllm_version, tmp / "download")
+        yield from _install_vllm(vllm_wheel, staging)
+        _place(staging, site)
         ready = True
         yield f"built {site}: vllm {vllm_version} and vllm-gaudi {gaudi_version} at {head[:12]}"
     finally:
@@ -369,6 +306,99 @@ def build(
                     folder.rmdir()
                 except OSError:
                     break
+
+
+_PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+
+
+def _missing_parents(site: Path) -> list[Path]:
+    """The folders above ``site`` that do not exist yet, deepest first."""
+    created = []
+    parent = site.parent
+    while not parent.exists():
+        created.append(parent)
+        parent = parent.parent
+    return created
+
+
+def _clone(vllm_gaudi: str, ref: str, checkout: Path) -> Generator[str, None, str]:
+    """Clone vllm-gaudi and check out ``ref``; the commit checked out."""
+    # A clone, of a URL or a local checkout alike: the build never writes into the maintainer's
+    # checkout, and the tags that setuptools-scm reads the version from come along.
+    start = time.monotonic()
+    yield f"cloning vllm-gaudi from {vllm_gaudi}"
+    _git_step(["clone", "--quiet", "--no-checkout", vllm_gaudi, str(checkout)], "cloning vllm-gaudi")
+    try:
+        _git_step(["-c", "advice.detachedHead=false", "checkout", "--quiet", ref], f"checking out {ref}", checkout)
+    except EnvironmentProblem as exc:
+        raise UsageError(f"--vllm-gaudi {vllm_gaudi} has no commit {ref} (give --ref)", details=exc.details) from None
+    head = _git_step(["rev-parse", "HEAD"], "reading the checked-out commit", checkout).strip()
+    yield f"cloned and checked out {ref} ({head[:12]}) in {_since(start)}"
+    return head
+
+
+def _build_requirements(checkout: Path, buildenv: Path) -> Generator[str, None, dict[str, str] | None]:
+    """vllm-gaudi's build requirements, installed into ``buildenv`` when this interpreter lacks one:
+    the environment the build then runs in (None: this one's)."""
+    requires = build_requires(checkout)
+    missing = unsatisfied(requires)
+    if not missing:
+        yield f"vllm-gaudi's build requirements are satisfied by {sys.executable}: {', '.join(requires) or 'none'}"
+        return None
+    start = time.monotonic()
+    yield (
+        f"installing vllm-gaudi's build requirements ([build-system] requires of its pyproject.toml: "
+        f"{', '.join(requires)}) into a private folder, {buildenv}, not into this environment; "
+        f"not satisfied here: {', '.join(missing)}"
+    )
+    _run([*_PIP, "install", "--target", str(buildenv), *requires], "installing vllm-gaudi's build requirements")
+    yield f"installed the build requirements in {_since(start)}"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(buildenv), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _install_gaudi(
+    checkout: Path, staging: Path, version: str, ref: str, env: dict[str, str] | None
+) -> Generator[str, None, None]:
+    start = time.monotonic()
+    yield (
+        f"building vllm-gaudi {version} at {ref} (pip install --no-deps --no-build-isolation --target"
+        + (", the build requirements first on PYTHONPATH)" if env else ")")
+    )
+    _run(
+        [*_PIP, "install", "--no-deps", "--no-build-isolation", "--target", str(staging), str(checkout)],
+        "building and installing vllm-gaudi",
+        env=env,
+    )
+    yield f"installed vllm-gaudi in {_since(start)}"
+
+
+def _download_vllm(version: str, download: Path) -> Generator[str, None, Path]:
+    start = time.monotonic()
+    yield f"downloading vllm=={version} from the package index (a ~300 MB wheel; no progress shown)"
+    _run([*_PIP, "download", "--no-deps", "-d", str(download), f"vllm=={version}"], "downloading vLLM")
+    wheels = sorted(download.glob("vllm-*.whl"))
+    if not wheels:
+        raise EnvironmentProblem(f"pip download vllm=={version} gave no wheel (only an sdist?)")
+    yield f"downloaded {wheels[0].name} ({_mb(wheels[0])}) in {_since(start)}"
+    return wheels[0]
+
+
+def _install_vllm(wheel: Path, staging: Path) -> Generator[str, None, None]:
+    start = time.monotonic()
+    yield f"installing {wheel.name} ({_mb(wheel)}) (pip install --no-deps --target)"
+    _run([*_PIP, "install", "--no-deps", "--target", str(staging), str(wheel)], "installing vLLM")
+    yield f"installed vLLM in {_since(start)}"
+
+
+def _place(staging: Path, site: Path) -> None:
+    try:
+        if site.is_dir():
+            site.rmdir()  # the empty folder checked at the start
+        staging.rename(site)
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot move the built site into place at {site}: {exc}") from None
 
 
 def next_step(profile: Profile, site: Path, cookbook: Path) -> str:
