@@ -222,12 +222,9 @@ LISTED = {
         "fails the request; vLLM #53665's wider case, of which upstream's #54218 fixes only min_tokens"
     ),
     "echo-stream-prompt-logprobs": (
-        "a streamed completion with echo, logprobs and n >= 2: KeyError in _create_completion_logprobs, an "
-        "error event. As the code reads (one failure, not reproduced at will): when the client reads slower "
-        "than the engine writes, vLLM's output collector merges a child's first output, the one carrying "
-        "the prompt's logprobs, into another child's later one, and RequestOutput.add keeps the first's "
-        "prompt_logprobs (None); the echo then lines up the prompt's token ids with the sampled token's "
-        "logprobs. No vLLM issue found"
+        "a streamed completion with echo and logprobs (seen with n 1 and 2): an error event, KeyError in "
+        "_create_completion_logprobs, the prompt's token ids met with logprobs that do not hold them. The "
+        "cause is not established; no vLLM issue found"
     ),
 }
 
@@ -241,6 +238,6 @@ def listed(body: dict[str, Any]) -> str | None:
     )
     if constrained and masked:
         return "grammar-without-token"
-    if body.get("stream") and body.get("echo") and body.get("logprobs") is not None and body.get("n", 1) >= 2:
+    if body.get("stream") and body.get("echo") and body.get("logprobs") is not None:
         return "echo-stream-prompt-logprobs"
     return None

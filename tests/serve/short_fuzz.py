@@ -1,9 +1,10 @@
 """The serve tier's short seeded fuzz (issue 46): bench/fuzz_requests.py's batches from one seed,
 sent with bench/fuzz_client.py to a server a test already started; the long run is bench/fuzz.py.
 
-On a stock server the seed's batches reach the stop-id killer (vLLM #54195) within its first few
-batches and the run ends with the server; on a patched one every batch is answered, the server
-stays up, and a failed request is only ever one the README lists (``fuzz_requests.listed``)."""
+On the patched server every batch is answered, the server stays up, and a failed request is only
+ever one the README lists (``fuzz_requests.listed``). Not yet here: the same seed against a stock
+server. Whether a drawn stop-id killer ends the stock server depends on more than the request
+(seed 78's ended it in one run and not in another), so a check of it would not be deterministic."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from bench.fuzz_requests import Model, batches, listed  # noqa: E402
 
 __all__ = ["BATCHES", "SEED", "Run", "replay", "saved_kinds", "short_fuzz"]
 
-SEED = 78  # its 5th batch holds an out-of-vocabulary stop id with min_tokens
+SEED = 78
 BATCHES = 40
 
 
@@ -40,18 +41,6 @@ class Run:
     def unlisted(self) -> list[tuple[dict, str]]:
         """The failures the README does not list."""
         return [(body, why) for body, why in self.failures() if listed(body) is None]
-
-    def killers(self) -> list[dict]:
-        """The requests of the batch the server died after with a stop id past the vocabulary and
-        min_tokens."""
-        if self.died_at is None:
-            return []
-        vocab = self.model.vocab
-        return [
-            body
-            for _, body in self.sent[self.died_at].batch
-            if body.get("min_tokens") and any(i >= vocab for i in body.get("stop_token_ids", []))
-        ]
 
 
 def short_fuzz(server: Server, model_dir: Path, seed: int = SEED, count: int = BATCHES) -> Run:

@@ -6,9 +6,7 @@ checks, from the server's own log, that the runtime check ran in every vLLM proc
 server, the engine core, each worker) with that process's pid and the fix set's digest that
 ``fixpack status`` reports, that the workers agreed on it (TP 2), and that the server answers
 ``/v1/completions`` and ``/v1/chat/completions`` with the same greedy tokens and logprobs as the
-same server started without fixpack. In place at TP 1, the short seeded fuzz (short_fuzz.py) runs
-on both: the patched server answers every batch, and the same seed ends the stock one with the
-stop-id killer.
+same server started without fixpack.
 
 Then what must stop a start, each from the processes' own log lines and exit codes: TP 2 as two
 nodes on this host (vLLM's multi-node multiprocessing, node 1 headless, each node with an overlay
@@ -37,7 +35,6 @@ import pytest
 from build_env import ServeEnv
 from killers import assert_refused, choice_answer, not_object_answers, post, stop_id_requests
 from server import Server, ServerError, free_port, logs_on_failure, wait_exits
-from short_fuzz import BATCHES, SEED, short_fuzz
 from vllm_serve import (
     CHECK_LINE,
     FIXPACK_LINE,
@@ -197,28 +194,20 @@ def test_in_place_tp1(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
             refused = post(fixed, "/v1/completions", stop_id_requests(tiny_model)["/v1/completions"])
             choice = choice_answer(fixed, tiny_model)
             bodies = not_object_answers(fixed)
-            fuzzed = short_fuzz(fixed, tiny_model)
         fixed_s = time.monotonic() - start
         assert_refused(*refused)
         assert choice[0] == 200 and choice[1] in ("yes", "no"), choice
         assert all(status == 400 for statuses in bodies.values() for status in statuses), bodies
-        assert fuzzed.died_at is None and len(fuzzed.sent) == BATCHES, "the patched server went down"
-        assert not fuzzed.unlisted(), fuzzed.unlisted()
         digest = fix_set(copy.python, copy.site)
         assert_checked_everywhere(fixed, tree, digest, "in-place", workers=1)
-        with stock:  # its answers, then the same seed's batches: the stop-id killer ends it
-            stock_answers = ask(stock, tiny_model)
-            stock_fuzzed = short_fuzz(stock, tiny_model)
+        stock_answers, _ = serve_and_ask(stock, tiny_model)
         assert_no_fixpack(stock)
         assert_same_answers(answers, stock_answers)
-        assert stock_fuzzed.died_at is not None and stock_fuzzed.killers(), "the seed did not find the stop-id killer"
     assert build_env.ready(serve_env.root) is None, "the original environment changed"
     build_env.check_fixes(serve_env.root)  # its patched files still hold the release's bytes
     print(
         f"serve: in place TP 1: copy {copied_s:.1f} s; ready in {fixed.ready_s:.1f} s "
-        f"(stock: {stock.ready_s:.1f} s); fix set {digest['digest']}; short fuzz (seed {SEED}): patched "
-        f"{len(fuzzed.sent)} batches, {len(fuzzed.failures())} listed failures; stock gone after batch "
-        f"{stock_fuzzed.died_at} ({stock_fuzzed.killers()[0]['stop_token_ids']}); "
+        f"(stock: {stock.ready_s:.1f} s); fix set {digest['digest']}; "
         f"scenario {time.monotonic() - start:.1f} s (with fixpack {fixed_s:.1f} s)"
     )
 

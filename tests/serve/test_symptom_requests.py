@@ -14,8 +14,7 @@ against the pack, each server started with the tiny recipe's own serve arguments
 - Saved failures of the fuzzer's long run (bench/replays/), replayed: the stock server fails them
   again.
 - The serve tier's short seeded fuzz (short_fuzz.py) on the patched server: every batch answered,
-  the server up, no failure the README does not list (``test_serve.py`` runs the same seed on a
-  stock server, which the stop-id killer ends).
+  the server up, no failure the README does not list.
 - The allowed-token mask left behind by ``InputBatch.condense`` (vLLM #43894): the tiny recipe's
   ``allowed-token-ids-leak`` check, run LEAK_RUNS times on each; a race on this server, so the
   stock rate is reported; with the profile for vLLM's own builds (input-batch-condense-mask) it
