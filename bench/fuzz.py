@@ -38,7 +38,6 @@ import tempfile
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,10 +82,6 @@ HEADER = (
 )
 
 
-def running(server: Server) -> Callable[[], bool]:
-    return lambda: server.proc is not None and server.proc.poll() is None
-
-
 class Target:
     """One kind of server, started (again) on demand."""
 
@@ -127,7 +122,7 @@ def run_batches(target: Target, drawn: list[list[tuple[str, dict[str, Any]]]], o
             for verdict in sent.verdicts:
                 tally.kinds[verdict.kind] += 1
             # a failure gets time to bring the server down; otherwise it must answer at once
-            died = not still_up(server.url(""), running(server), SETTLE if sent.failed else 0.0)
+            died = not still_up(server.url(""), server.proc, SETTLE if sent.failed else 0.0)
             if died or sent.failed:
                 saved = save_replay(out, target.name, number, sent, died, server.text()[offset:])
                 tally.saved.append(str(saved))

@@ -5,10 +5,10 @@ serve tier runs a short seeded fuzz on the servers its tests already start."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,11 +73,11 @@ def answers_health(url: str) -> bool:
         return False
 
 
-def still_up(url: str, running: Callable[[], bool], settle: float = 0.0) -> bool:
-    """Whether the server is up: at once, or through ``settle`` seconds (the time a failed request
-    gets to bring its server down)."""
+def still_up(url: str, proc: subprocess.Popen | None, settle: float = 0.0) -> bool:
+    """Whether the server (its process ``proc``) is up: at once, or through ``settle`` seconds (the
+    time a failed request gets to bring its server down)."""
     deadline = time.monotonic() + settle
-    while running() and answers_health(url):
+    while proc is not None and proc.poll() is None and answers_health(url):
         if time.monotonic() >= deadline:
             return True
         time.sleep(0.25)

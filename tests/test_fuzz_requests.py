@@ -5,6 +5,7 @@ saved failure replayed against a stand-in server on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -173,9 +174,16 @@ def test_replay_sends_only_to_this_machine_and_says_why_in_one_line(tmp_path: Pa
 def test_a_server_is_up_while_it_runs_and_answers_health(stand_in: str) -> None:
     from bench.fuzz_client import still_up
 
-    assert still_up(stand_in, lambda: True) and still_up(stand_in, lambda: True, settle=0.5)
-    assert not still_up(stand_in, lambda: False)  # its process has ended
-    assert not still_up("http://127.0.0.1:9", lambda: True)  # nothing answers there
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    try:
+        assert still_up(stand_in, alive) and still_up(stand_in, alive, settle=0.5)
+        assert not still_up(stand_in, ended) and not still_up(stand_in, None)  # its process has ended
+        assert not still_up("http://127.0.0.1:9", alive)  # nothing answers there
+    finally:
+        alive.kill()
+        alive.wait()
 
 
 def test_a_replay_file_keeps_no_path_of_this_machine(tmp_path: Path) -> None:
@@ -213,3 +221,22 @@ def test_a_summary_counts_each_failure_by_its_cause(tmp_path: Path) -> None:
     lines = summary(tmp_path, "patched")
     assert lines[:3] == ["    1  5xx: a death's batch", "    1  5xx: grammar-without-token", "    1  5xx: not listed"]
     assert len(lines) == 4 and lines[3].startswith("not listed: patched-00002.json: HTTP 500")
+
+
+def test_keep_copies_one_trimmed_file_per_distinct_failing_request_and_an_index(tmp_path: Path) -> None:
+    from bench.fuzz import keep_distinct, save_replay
+    from bench.fuzz_client import Sent, saved_kinds
+
+    grammar = {"model": "a", "structured_outputs": {"choice": ["yes"]}, "allowed_token_ids": [5]}
+    failed = judge(500, "x" * 1000, False)
+    log = "INFO fine\n(EngineCore) ERROR grammar rejected tokens [5]\n"
+    for number, model in ((1, "a"), (2, "b")):  # the same request under another model's name: not kept again
+        sent = Sent([("/v1/completions", {**grammar, "model": model})], [(500, "x" * 1000, 0.1)], [failed])
+        save_replay(tmp_path / "out", "patched", number, sent, False, log)
+    kept = keep_distinct(tmp_path / "out", tmp_path / "kept", "patched")
+    assert [p.name for p in kept] == ["patched-00001.json"]
+    record = json.loads(kept[0].read_text())
+    assert len(record["requests"][0]["answer"]) == 300 and record["log"] == [log.splitlines()[1]]
+    assert saved_kinds(kept[0]) == ["5xx"]
+    index = (tmp_path / "kept" / "INDEX.md").read_text()
+    assert "| patched-00001.json | /v1/completions | 5xx |" in index and "grammar-without-token" in index

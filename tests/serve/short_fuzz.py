@@ -46,11 +46,10 @@ class Run:
 def short_fuzz(server: Server, model_dir: Path, seed: int = SEED, count: int = BATCHES) -> Run:
     """The seed's batches, one after another, until they run out or the server is gone."""
     run = Run(model_of(model_dir))
-    running = lambda: server.proc is not None and server.proc.poll() is None  # noqa: E731
     for number, batch in enumerate(batches(run.model, seed, count)):
         sent = send_batch(server.url(""), batch, TIMEOUT)
         run.sent.append(sent)
-        if not still_up(server.url(""), running, SETTLE if sent.failed else 0.0):
+        if not still_up(server.url(""), server.proc, SETTLE if sent.failed else 0.0):
             run.died_at = number
             break
     return run
