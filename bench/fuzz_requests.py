@@ -20,15 +20,19 @@ message each fail the request.
 from __future__ import annotations
 
 import json
+import os
 import re
-from dataclasses import dataclass
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-__all__ = ["Model", "Verdict", "batches", "judge", "listed", "ENDPOINTS", "LISTED"]
+__all__ = ["Model", "Verdict", "batches", "draw", "judge", "listed", "stop_id_killer", "ENDPOINTS", "LISTED"]
 
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
 WORDS = ("the", "cat", "river", "stone", "yes", "no", "model", "server", "answer", "blue", "7", "42")
@@ -131,7 +135,37 @@ def chat(draw: st.DrawFn, model: Model) -> tuple[str, dict[str, Any]]:
 
 def batches(model: Model, seed: int, count: int, in_flight: int = 3) -> list[list[tuple[str, dict[str, Any]]]]:
     """``count`` batches of 1 to ``in_flight`` (endpoint, body) requests, drawn from ``seed`` alone:
-    the same seed gives the same requests, whatever server they go to."""
+    the same seed gives the same requests, whatever server they go to and whatever process asks.
+
+    The draw runs in a fresh interpreter that loads only this module. Hypothesis also draws the
+    literals of every local module a process has loaded (its "local constants"), so a draw made
+    inside a test run or the bench would change with whatever else they import, and with every edit
+    to that code: seed 78's stop-id killer came and went that way. The draws still depend on this
+    module and on Hypothesis's version, which the test extra pins."""
+    argv = [json.dumps(asdict(model)), str(seed), str(count), str(in_flight)]
+    done = subprocess.run(
+        [sys.executable, "-s", "-P", "-c", _DRAW, str(Path(__file__).parent), *argv],
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {"PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"drawing seed {seed}'s batches failed: {done.stderr.strip()[-2000:]}")
+    return [[(endpoint, body) for endpoint, body in batch] for batch in json.loads(done.stdout)]
+
+
+_DRAW = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from fuzz_requests import Model, draw
+model, seed, count, in_flight = Model(**json.loads(sys.argv[2])), *map(int, sys.argv[3:])
+print(json.dumps(draw(model, seed, count, in_flight)))
+"""
+
+
+def draw(model: Model, seed: int, count: int, in_flight: int = 3) -> list[list[tuple[str, dict[str, Any]]]]:
+    """The Hypothesis draw behind ``batches``, in this process: call ``batches``."""
     request = st.one_of(completion(model), chat(model))
     drawn: list[list[tuple[str, dict[str, Any]]]] = []
 
@@ -227,6 +261,12 @@ LISTED = {
         "cause is not established; no vLLM issue found"
     ),
 }
+
+
+def stop_id_killer(body: dict[str, Any], model: Model) -> bool:
+    """Whether a request has the shape of vLLM #54195's request-killer, which the pack refuses
+    (request-token-ids): ``min_tokens`` with a stop id past the logits' width."""
+    return bool(body.get("min_tokens")) and any(i >= model.vocab for i in body.get("stop_token_ids") or [])
 
 
 def listed(body: dict[str, Any]) -> str | None:

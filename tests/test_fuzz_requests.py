@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
 from bench.fuzz_requests import ENDPOINTS, LISTED, Model, batches, judge, listed  # noqa: E402
 
@@ -31,6 +32,26 @@ def test_a_seed_draws_the_same_requests_for_every_server() -> None:
     first, again, other = batches(MODEL, 7, 40), batches(MODEL, 7, 40), batches(MODEL, 8, 40)
     assert first == again and first != other
     assert len(first) == 40 and all(1 <= len(b) <= 3 for b in first)
+
+
+def test_a_seed_draws_the_same_requests_whatever_the_process_has_loaded(tmp_path: Path) -> None:
+    # Hypothesis mixes the literals of every local module loaded into its draws: a draw made in a
+    # process changes once it imports another module, the seed's batches do not
+    (tmp_path / "fuzz_noise.py").write_text("NOISE = " + repr([*range(990, 1030), "yes", "42"]) + "\n")
+    script = f"""
+import json, sys
+sys.path[:0] = [{str(REPO)!r}, {str(tmp_path)!r}]
+from bench.fuzz_requests import Model, batches, draw
+model = Model("tiny", 1024, 1000)
+before = batches(model, 78, 40), draw(model, 78, 40)
+import fuzz_noise
+after = batches(model, 78, 40), draw(model, 78, 40)
+print(json.dumps([before[0] == after[0], before[1] == after[1]]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    same_batches, same_draw = json.loads(done.stdout)
+    assert not same_draw
+    assert same_batches
 
 
 def test_requests_are_bodies_of_both_endpoints_with_ids_at_the_edges() -> None:

@@ -13,8 +13,9 @@ against the pack, each server started with the tiny recipe's own serve arguments
   with the pack (request-body-object).
 - Saved failures of the fuzzer's long run (bench/replays/), replayed: the stock server fails them
   again.
-- The serve tier's short seeded fuzz (short_fuzz.py) on the patched server: every batch answered,
-  the server up, no failure the README does not list.
+- The serve tier's short seeded fuzz (short_fuzz.py): on a stock server the seed's first stop-id
+  killer ends it, its worker logging the ``IndexError``; on the patched server every batch is
+  answered, the server up, no failure the README does not list.
 - The allowed-token mask left behind by ``InputBatch.condense`` (vLLM #43894): the tiny recipe's
   ``allowed-token-ids-leak`` check, run LEAK_RUNS times on each; a race on this server, so the
   stock rate is reported; with the profile for vLLM's own builds (input-batch-condense-mask) it
@@ -47,7 +48,7 @@ from killers import (
     stop_id_requests,
 )
 from server import Server, free_port, logs_on_failure
-from short_fuzz import BATCHES, SEED, replay, saved_kinds, short_fuzz
+from short_fuzz import BATCHES, KILLED_AT, SEED, replay, saved_kinds, short_fuzz
 from test_accept import TINY, one, recipe_argv, run_cli
 from vllm_serve import (
     CHECK_LINE,
@@ -136,6 +137,33 @@ def test_stock_server(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
         f"{LEAK}: failed {leaks.count(False)}/{LEAK_RUNS}; bodies not objects: {bodies}; "
         f"stop id {BAD_ID} with min_tokens: HTTP {killed[0]}, "
         f"every process ended by itself (exit {code}); test {time.monotonic() - start:.1f} s"
+    )
+
+
+def test_stock_short_fuzz(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> None:
+    """Without fixpack, the short seeded fuzz finds the stop-id killer: the server ends at the seed's
+    first batch that holds one, the worker's IndexError naming an id past the vocabulary."""
+    port = free_port()
+    argv = [str(serve_env.bin / "vllm"), *recipe_argv(tiny_model, port)]
+    stock = recipe_server(argv, serve_env, port, tmp_path / "stock-fuzz.log", "TP 1 without fixpack, fuzzed")
+    start = time.monotonic()
+    with logs_on_failure(stock):
+        try:
+            stock.start()
+            stock.wait_ready()
+            fuzzed = short_fuzz(stock, tiny_model)
+            code = stock.wait_exit(EXIT_TIMEOUT)
+        finally:
+            stock.stop()
+        assert fuzzed.died_at is not None, f"the stock server answered all {len(fuzzed.sent)} batches"
+        assert fuzzed.killers()[:1] == [fuzzed.died_at] == [KILLED_AT], (fuzzed.died_at, fuzzed.killers())
+        ended = fuzzed.sent[fuzzed.died_at]
+        assert any(v.failed for v in ended.verdicts), ended
+        assert re.search(r"IndexError: index 102[45] is out of bounds for dimension 1 with size 1024", stock.text())
+    print(
+        f"serve: stock, short fuzz (seed {SEED}): ended at batch {fuzzed.died_at} by the stop-id killer, "
+        f"{sum(map(len, (s.batch for s in fuzzed.sent)))} requests sent, every process ended (exit {code}); "
+        f"test {time.monotonic() - start:.1f} s"
     )
 
 
