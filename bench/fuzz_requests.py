@@ -258,7 +258,8 @@ LISTED = {
     "echo-stream-prompt-logprobs": (
         "a streamed completion with echo and logprobs (seen with n 1 and 2): an error event, KeyError in "
         "_create_completion_logprobs, the prompt's token ids met with logprobs that do not hold them. The "
-        "cause is not established; no vLLM issue found"
+        "cause is not established; vLLM #2703 is this combination's issue (closed, a regression reported "
+        "there since), vllm-project/vllm-metal#680 the same KeyError from prompt logprobs never filled"
     ),
 }
 
