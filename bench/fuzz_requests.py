@@ -247,7 +247,7 @@ def _judge_stream(text: str) -> Verdict:
     return Verdict("served")
 
 
-# The failures the pack leaves, each listed in the README with its replay files and vLLM issues.
+# The failures the pack leaves, each listed in docs/performance.md with its replay files and vLLM issues.
 LISTED = {
     "grammar-without-token": (
         "an output constraint (structured_outputs, response_format) whose grammar the request's other "
@@ -271,8 +271,8 @@ def stop_id_killer(body: dict[str, Any], model: Model) -> bool:
 
 
 def listed(body: dict[str, Any]) -> str | None:
-    """The README's listed failure a request can meet (a key of LISTED), or None: a failure of any
-    other request is one the pack must fix or the README must list."""
+    """The listed failure a request can meet (a key of LISTED), or None: a failure of any
+    other request is one the pack must fix or the docs must list."""
     constrained = "structured_outputs" in body or "response_format" in body
     masked = any(body.get(k) for k in ("allowed_token_ids", "bad_words", "logit_bias", "ignore_eos")) or bool(
         body.get("min_tokens") and body.get("stop_token_ids")

@@ -9,7 +9,7 @@ DONE, REFUSED, USAGE, ENVIRONMENT = 0, 1, 2, 3
 
 
 class FixpackError(Exception):
-    """A failure to report in one line; ``exit_code`` follows the README's exit codes."""
+    """A failure to report in one line; ``exit_code`` follows the exit codes of docs/reference/exit-codes.md."""
 
     exit_code = REFUSED
 

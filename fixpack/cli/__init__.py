@@ -1,5 +1,5 @@
 """The command line: click, a lazy command table, and rendering. Nothing outside this package
-imports click. Exit codes and JSON shapes are the README's."""
+imports click. Exit codes and JSON shapes are docs/reference's."""
 
 from __future__ import annotations
 

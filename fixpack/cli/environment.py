@@ -1,5 +1,5 @@
 """The environment variables fixpack reads, written once: the commands' help renders this table
-(the README's table is the user's documentation of the same variables)."""
+(docs/reference/environment.md is the user's documentation of the same variables)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ VARIABLES = {
     "FIXPACK_PROOF_FORK": "0: each proof in a fresh interpreter (verify, port)",
     "FIXPACK_TOOLS": "where diff --check-style keeps upstream's style tools (default ~/.cache/fixpack/tools)",
 }
-# read by fixpack, never set by a user: the README's table says so, the help leaves them out
+# read by fixpack, never set by a user: the docs' table says so, the help leaves them out
 TESTS_ONLY = ("FIXPACK_CRASH_AFTER",)
 
 
