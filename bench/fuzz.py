@@ -48,8 +48,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "serve")]
 
 import build_env  # noqa: E402
 from build_env import ServeEnv  # noqa: E402
-from server import Server, ServerError, free_port  # noqa: E402
-from vllm_serve import copy_env, entry_point, vllm_environ  # noqa: E402
+from server import Server, ServerError  # noqa: E402
+from vllm_serve import Pack, copy_env, serve_args, vllm_server  # noqa: E402
 
 from bench import fuzz_schema  # noqa: E402
 from bench.fuzz_client import SETTLE, TIMEOUT, Sent, model_of, replay, send_batch, still_up  # noqa: E402
@@ -83,19 +83,17 @@ HEADER = (
 
 
 class Target:
-    """One kind of server, started (again) on demand."""
+    """One kind of server, started (again) on demand: ``vllm serve`` of ``env``, after ``pack`` if any."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
-        self.name, self.argv, self.env, self.log_dir = name, argv, env, log_dir
+    def __init__(self, name: str, env: ServeEnv, model: Path, pack: Pack | None, log_dir: Path) -> None:
+        self.name, self.env, self.model, self.pack, self.log_dir = name, env, model, pack, log_dir
         self.server: Server | None = None
         self.starts = 0
 
     def start(self) -> Server:
         self.starts += 1
-        port = free_port()
-        argv = [a.replace("{port}", str(port)) for a in self.argv]
         log = self.log_dir / f"{self.name}-{self.starts}.log"
-        self.server = Server(argv, env=self.env, port=port, log=log, name=f"{self.name} #{self.starts}")
+        self.server = vllm_server(self.env, serve_args(self.model), log, f"{self.name} #{self.starts}", pack=self.pack)
         self.server.start()
         self.server.wait_ready()
         return self.server
@@ -251,18 +249,16 @@ def loopback(url: str) -> bool:
 
 
 def targets(env: ServeEnv, model: Path, names: list[str], profile: str, work: Path) -> list[Target]:
-    args = ["serve", str(model), "--enforce-eager", "--max-model-len", "512", "--host", "127.0.0.1", "--port", "{port}"]
     out = []
     for name in names:
         if name == "stock":
-            out.append(Target(name, [str(env.bin / "vllm"), *args], vllm_environ(env.bin, 1), work))
+            out.append(Target(name, env, model, None, work))
         elif profile == "vllm-0.26.0":  # vLLM alone, as its own builds are installed
-            copy = copy_env(env, work / "env", gaudi=False)
-            argv = entry_point(copy.python, copy.site, "--exec", "vllm", *args, opt_ins=(), profile=profile)
-            out.append(Target(name, argv, vllm_environ(copy.bin, 1), work))
+            out.append(
+                Target(name, copy_env(env, work / "env", gaudi=False), model, Pack(profile=profile, opt_ins=()), work)
+            )
         else:
-            argv = entry_point(env.python, env.site, "--overlay", str(work / "overlay"), "--exec", "vllm", *args)
-            out.append(Target(name, argv, vllm_environ(env.bin, 1), work))
+            out.append(Target(name, env, model, Pack(work / "overlay"), work))
     return out
 
 

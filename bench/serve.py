@@ -48,8 +48,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,8 +56,8 @@ sys.path.insert(0, str(REPO / "tests" / "serve"))
 
 import build_env  # noqa: E402
 from build_env import ServeEnv  # noqa: E402
-from server import Server, free_port  # noqa: E402
-from vllm_serve import ROLE, entry_point, serve_args, vllm_environ  # noqa: E402
+from server import Server, ServerError  # noqa: E402
+from vllm_serve import ROLE, Pack, entry_point, serve_args, vllm_server  # noqa: E402
 
 CHECK_MS = re.compile(
     r"fixpack: profile \S+, fix set .+?, mode .+?, pid (?P<pid>\d+), \d+ files checked in (?P<ms>[\d.]+) ms"
@@ -67,8 +65,7 @@ CHECK_MS = re.compile(
 AGREE_MS = re.compile(
     r"fixpack: ranks \S+ agree on fix set \S+ \(\d+ fixes\) in (?P<ms>[\d.]+) ms, rank \d+, pid (?P<pid>\d+)"
 )
-POLL = 0.05
-READY_TIMEOUT = 300.0
+POLL = 0.05  # the server's /health poll: a start is timed to within it
 GOALS = {"warm": 0.02, "cold": 0.05}
 
 
@@ -117,20 +114,10 @@ def first_answer(server: Server, model: Path) -> tuple[float, float]:
     """Start it; (seconds to the first 200 from /health, seconds to the first completion's answer)."""
     start = time.monotonic()
     server.start()
-    deadline = start + READY_TIMEOUT
-    assert server.proc is not None
-    while True:
-        if server.proc.poll() is not None:
-            raise SystemExit(server.describe(f"exited with {server.proc.returncode} before it was ready"))
-        try:
-            with urllib.request.urlopen(server.url("/health"), timeout=5) as answer:
-                if answer.status == 200:
-                    break
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(server.describe(f"not ready within {READY_TIMEOUT:.0f} s"))
-        time.sleep(POLL)
+    try:
+        server.wait_ready()
+    except ServerError as exc:
+        raise SystemExit(str(exc)) from None
     ready = time.monotonic() - start
     answer = server.post(
         "/v1/completions",
@@ -175,21 +162,9 @@ def bench_end_to_end(env: ServeEnv, model: Path, work: Path, tp: int, runs: int,
             order = ("stock", "fixpack") if i % 2 == 0 else ("fixpack", "stock")
         row: dict = {}
         for side in order:
-            port = free_port()
-            args = serve_args(model, port, tp)
-            if side in ("stock", "control"):
-                argv = [str(env.bin / "vllm"), *args]
-            else:
-                argv = entry_point(
-                    env.python, env.site, "--overlay", str(work / f"overlay-tp{tp}-{i}"), "--exec", "vllm", *args
-                )
-            server = Server(
-                argv,
-                env=vllm_environ(env.bin, tp),
-                port=port,
-                log=work / "logs" / f"tp{tp}-{i}-{side}.log",
-                name=f"{side} TP {tp} round {i}",
-            )
+            pack = Pack(work / f"overlay-tp{tp}-{i}") if side == "fixpack" else None
+            log, name = work / "logs" / f"tp{tp}-{i}-{side}.log", f"{side} TP {tp} round {i}"
+            server = vllm_server(env, serve_args(model, tp), log, name, pack=pack, tp=tp, poll=POLL)
             try:
                 ready, first = first_answer(server, model)
             finally:
@@ -228,15 +203,13 @@ def bench_hook(env: ServeEnv, model: Path, work: Path, tp: int, runs: int) -> di
         time_apply(env, overlay)
         records = work / f"hook-records-tp{tp}-{i}"
         records.mkdir()
-        port = free_port()
-        environ = vllm_environ(env.bin, tp)
-        environ.update(
-            PYTHONPATH=f"{SHIM}{os.pathsep}{overlay}",
-            FIXPACK_BENCH_OVERLAY=str(overlay),
-            FIXPACK_BENCH_HOOK_DIR=str(records),
-        )
-        argv = [str(env.bin / "vllm"), *serve_args(model, port, tp)]
-        server = Server(argv, env=environ, port=port, log=work / "logs" / f"hook-tp{tp}-{i}.log", name=f"hook TP {tp}")
+        environ = {
+            "PYTHONPATH": f"{SHIM}{os.pathsep}{overlay}",
+            "FIXPACK_BENCH_OVERLAY": str(overlay),
+            "FIXPACK_BENCH_HOOK_DIR": str(records),
+        }
+        log = work / "logs" / f"hook-tp{tp}-{i}.log"
+        server = vllm_server(env, serve_args(model, tp), log, f"hook TP {tp}", tp=tp, environ=environ, poll=POLL)
         try:
             first_answer(server, model)
         finally:

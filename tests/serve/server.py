@@ -1,14 +1,16 @@
-"""A real ``vllm serve`` process for the tests, after vLLM's own ``RemoteOpenAIServer``.
+"""A real ``vllm serve`` process for the tests and the bench, after vLLM's own ``RemoteOpenAIServer``.
 
-``Server(argv, env=..., port=..., log=...)`` starts ``argv`` (which must serve on ``port`` on
-127.0.0.1; ``port=None`` for a process that serves nothing, such as a headless node) in a session
-of its own with its output in ``log``; ``wait_ready()`` polls ``/health`` until it answers 200, the
-process exits, or a deadline passes (never a fixed sleep); ``wait_exit()`` (``wait_exits()`` for several at
-once) waits, bounded, until the process and every other process of its group have ended (a process
-expected to stop on its own), and notes when;
-``stop()`` ends the whole process group (SIGTERM, then SIGKILL after a bound) by its pid. As a
-context manager it starts, waits and always stops. A failure says which server, how, and ends with
-the tail of its log.
+``Server(argv, env=..., log=...)`` starts ``argv`` in a session of its own with its output in
+``log``. A server that serves writes ``{port}`` where its port goes in ``argv``: it picks a free
+loopback port itself (``port`` is None for a process that serves nothing, such as a headless node).
+``wait_ready()`` polls ``/health`` every ``poll`` seconds until it answers 200, the process exits,
+or a deadline passes (never a fixed sleep); ``wait_exit()`` (``wait_exits()`` for several at once)
+waits, bounded, until the process and every other process of its group have ended (a process
+expected to stop on its own), and notes when; ``stop()`` ends the whole process group (SIGTERM,
+then SIGKILL after a bound) by its pid; ``client()`` is an ``openai`` client of it. As a context
+manager it starts, waits and always stops. A failure says which server, how, and ends with the
+tail of its log. vLLM's side (its environment, ``vllm serve``'s arguments, the entry point before
+it) is ``vllm_serve.py``, which builds these.
 """
 
 from __future__ import annotations
@@ -23,8 +25,14 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import openai
 
 READY_TIMEOUT = float(os.environ.get("FIXPACK_SERVE_READY_TIMEOUT", "300"))  # a TP 2 start took 60-110 s here
+POLL = 0.5
+PORT = "{port}"  # where a serving server's own port goes in its argv
 STOP_TIMEOUT = 30.0
 TAIL_LINES = 60
 
@@ -45,13 +53,15 @@ class Server:
         argv: list[str],
         *,
         env: dict[str, str],
-        port: int | None,
         log: Path,
         name: str = "server",
         ready_timeout: float = READY_TIMEOUT,
+        poll: float = POLL,
     ) -> None:
-        self.argv, self.env, self.port, self.log, self.name = argv, env, port, log, name
-        self.ready_timeout = ready_timeout
+        self.port = free_port() if any(PORT in a for a in argv) else None
+        self.argv = [a.replace(PORT, str(self.port)) for a in argv]
+        self.env, self.log, self.name = env, log, name
+        self.ready_timeout, self.poll = ready_timeout, poll
         self.proc: subprocess.Popen | None = None
         self.ready_s: float | None = None  # seconds from start to the first 200 from /health
         self.exited_s: float | None = None  # seconds from start until no process of its group was left
@@ -97,7 +107,7 @@ class Server:
                 pass
             if time.monotonic() > deadline:
                 raise ServerError(self.describe(f"not ready within {self.ready_timeout:.0f} s"))
-            time.sleep(0.5)
+            time.sleep(self.poll)
 
     def ended(self) -> int | None:
         """Its exit code once it and every process of its group have ended (zombies not counted),
@@ -126,6 +136,12 @@ class Server:
             raise ServerError(self.describe(f"POST {path} answered {exc.code}: {exc.read()[:500]!r}")) from None
         except (urllib.error.URLError, OSError) as exc:
             raise ServerError(self.describe(f"POST {path} failed: {exc}")) from None
+
+    def client(self, timeout: float = 120) -> openai.OpenAI:
+        """The official client, without retries: a retried 500 would hide the answer under test."""
+        import openai  # 1.2 s to import, and only the tests that speak through it need it
+
+        return openai.OpenAI(base_url=self.url("/v1"), api_key="none", max_retries=0, timeout=timeout)
 
     def get(self, path: str, timeout: float = 30) -> dict:
         with urllib.request.urlopen(self.url(path), timeout=timeout) as answer:

@@ -2,7 +2,7 @@
 sent with bench/fuzz_client.py to a server a test already started; the long run is bench/fuzz.py.
 
 On the patched server every batch is answered, the server stays up, and a failed request is only
-ever one the README lists (``fuzz_requests.listed``). On a stock server the same seed's run ends the
+ever one the docs list (docs/performance.md) (``fuzz_requests.listed``). On a stock server the same seed's run ends the
 server at its first batch holding the stop-id killer (batch KILLED_AT). The seed's requests are the
 same in every process and on every machine (``batches`` draws them apart from the test run's own
 modules, with the test extra's pinned Hypothesis); another seed or a change to the strategies moves
@@ -46,7 +46,7 @@ class Run:
         return [n for n, s in enumerate(self.sent) if any(stop_id_killer(body, self.model) for _, body in s.batch)]
 
     def unlisted(self) -> list[tuple[dict, str]]:
-        """The failures the README does not list."""
+        """The failures the docs do not list."""
         return [(body, why) for body, why in self.failures() if listed(body) is None]
 
 

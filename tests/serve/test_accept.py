@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
 import sys
 import threading
 import time
@@ -34,24 +32,17 @@ from typing import Any
 
 import build_env
 from build_env import ServeEnv
-from server import Server, free_port, logs_on_failure
-from vllm_serve import entry_point, vllm_environ
+from server import logs_on_failure
+from tiny_recipe import TINY, one, recipe_args, run_cli
+from vllm_serve import Pack, vllm_server
 
-from fixpack.commands.recipes.accept import accept
 from fixpack.cookbook.recipes import load_recipe
 
 REPO = build_env.REPO
-TINY = REPO / "tests" / "recipes" / "tiny-qwen3.yaml"
 LEAK = "allowed-token-ids-leak"  # fails on a CPU server today, with or without the pack
 LEAK_RUNS = 10  # runs of the check (6 sequences each) before the test gives up on seeing the leak
 
 Mutation = Callable[[str, dict, int, bytes], tuple[int, bytes]]
-
-
-def recipe_argv(model: Path, port: int) -> list[str]:
-    """``serve DIR ARGS --host --port``: the tiny recipe's own serve arguments."""
-    recipe = load_recipe(TINY, REPO)
-    return ["serve", str(model), *recipe.argv[1:], "--host", "127.0.0.1", "--port", str(port)]
 
 
 class Proxy:
@@ -109,19 +100,6 @@ class Proxy:
             self.server.shutdown()
             self.server.server_close()
             thread.join(10)
-
-
-def run_cli(url: str, model: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, "-m", "fixpack", "recipe", "accept", str(TINY), "--url", url, "--model", str(model)]
-    return subprocess.run([*argv, *extra], capture_output=True, text=True, env=env, timeout=600)
-
-
-def one(url: str, model: Path, check: str) -> Any:
-    """One check of the tiny recipe, in this process; its result."""
-    result = accept(load_recipe(TINY, REPO), url, only=(check,), model=str(model))
-    (done,) = result.checks
-    return done
 
 
 # --- the alterations: each changes one field of the real answer ---------------------------------
@@ -205,11 +183,8 @@ BROKEN: dict[str, tuple[Callable[[], Mutation], str]] = {
 
 def test_accept_on_the_tiny_server(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> None:
     overlay = tmp_path / "overlay"
-    port = free_port()
-    argv = entry_point(
-        serve_env.python, serve_env.site, "--overlay", str(overlay), "--exec", "vllm", *recipe_argv(tiny_model, port)
-    )
-    server = Server(argv, env=vllm_environ(serve_env.bin, 1), port=port, log=tmp_path / "accept.log", name="the pack")
+    args = recipe_args(tiny_model)
+    server = vllm_server(serve_env, args, tmp_path / "accept.log", "the pack", pack=Pack(overlay))
     junit = tmp_path / "accept.xml"
     ids = set(load_recipe(TINY, REPO).verify.by_id())
     with logs_on_failure(server), server:
@@ -263,9 +238,7 @@ def test_accept_on_the_tiny_server(serve_env: ServeEnv, tiny_model: Path, tmp_pa
 
 def test_twenty_logprobs_on_a_server_that_allows_five(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> None:
     """A real setting that breaks the check: ``--max-logprobs 5`` refuses a request for 20."""
-    port = free_port()
-    argv = [str(serve_env.bin / "vllm"), *recipe_argv(tiny_model, port), "--max-logprobs", "5"]
-    server = Server(argv, env=vllm_environ(serve_env.bin, 1), port=port, log=tmp_path / "five.log", name="max 5")
+    server = vllm_server(serve_env, [*recipe_args(tiny_model), "--max-logprobs", "5"], tmp_path / "five.log", "max 5")
     with logs_on_failure(server), server:
         broken = one(server.url(""), tiny_model, "top-logprobs-20")
         allowed = one(server.url(""), tiny_model, "completion-logprobs-by-id")  # 5: what it allows

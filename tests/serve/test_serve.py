@@ -34,11 +34,12 @@ import build_env
 import pytest
 from build_env import ServeEnv
 from killers import assert_refused, choice_answer, not_object_answers, post, stop_id_requests
-from server import Server, ServerError, free_port, logs_on_failure, wait_exits
+from server import Server, ServerError, logs_on_failure, wait_exits
 from vllm_serve import (
     CHECK_LINE,
     FIXPACK_LINE,
     ROLE,
+    Pack,
     assert_checked_everywhere,
     assert_no_fixpack,
     copy_env,
@@ -46,7 +47,8 @@ from vllm_serve import (
     fix_set,
     serve_args,
     stock_server,
-    vllm_environ,
+    two_nodes,
+    vllm_server,
 )
 
 REPO = build_env.REPO
@@ -145,17 +147,8 @@ def test_overlay_tp2(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> N
     """Overlay, TP 2, through the entry point: the API server, the engine core and two workers each
     check the overlay; both workers agree; the answers are the stock server's."""
     overlay = tmp_path / "overlay"
-    port = free_port()
-    argv = entry_point(
-        serve_env.python, serve_env.site, "--overlay", str(overlay), "--exec", "vllm", *serve_args(tiny_model, port, 2)
-    )
-    fixed = Server(
-        argv,
-        env=vllm_environ(serve_env.bin, 2),
-        port=port,
-        log=tmp_path / "fixpack-tp2.log",
-        name="TP 2 with the overlay",
-    )
+    log, name = tmp_path / "fixpack-tp2.log", "TP 2 with the overlay"
+    fixed = vllm_server(serve_env, serve_args(tiny_model, 2), log, name, pack=Pack(overlay), tp=2)
     stock = stock_server(serve_env, tiny_model, 2, tmp_path / "stock-tp2.log", "TP 2 without fixpack")
     start = time.monotonic()
     with logs_on_failure(fixed, stock):
@@ -179,10 +172,8 @@ def test_in_place_tp1(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
     start = time.monotonic()
     copy = copy_env(serve_env, tmp_path / "env")
     copied_s = time.monotonic() - start
-    port = free_port()
-    argv = entry_point(copy.python, copy.site, "--exec", "vllm", *serve_args(tiny_model, port, 1))
-    fixed = Server(
-        argv, env=vllm_environ(copy.bin, 1), port=port, log=tmp_path / "fixpack-tp1.log", name="TP 1 patched in place"
+    fixed = vllm_server(
+        copy, serve_args(tiny_model), tmp_path / "fixpack-tp1.log", "TP 1 patched in place", pack=Pack()
     )
     stock = stock_server(serve_env, tiny_model, 1, tmp_path / "stock-tp1.log", "TP 1 without fixpack")
     with logs_on_failure(fixed, stock):
@@ -215,6 +206,7 @@ def test_in_place_tp1(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
 # --- two nodes that differ -----------------------------------------------------------------------
 
 AGREE_TIMEOUT = 10  # FIXPACK_AGREE_TIMEOUT on both nodes, so that a silent rank is named after 10 s
+AGREE = {"FIXPACK_AGREE_TIMEOUT": str(AGREE_TIMEOUT)}
 NODES_TIMEOUT = 300.0  # for every process of a node to end on its own
 LOADING = "Starting to load model"  # vLLM's CPU model runner, as the model starts to load
 # A worker's refusal as vLLM logs the exception that ended it.
@@ -229,36 +221,6 @@ GROUPS_MADE = re.compile(
     r"rank (?P<rank>\d+) in world size \d+ is assigned as",
     re.MULTILINE,
 )
-
-
-def node_args(model: Path, master_port: int, rank: int, port: int | None) -> list[str]:
-    """``serve`` arguments for node ``rank`` of a TP 2 deployment over two nodes on this host (vLLM's
-    multi-node multiprocessing): node 0 serves ``port``, node 1 is headless."""
-    args = [
-        "serve",
-        str(model),
-        "--tensor-parallel-size",
-        "2",
-        "--enforce-eager",
-        "--max-model-len",
-        "512",
-        "--nnodes",
-        "2",
-        "--node-rank",
-        str(rank),
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(master_port),
-    ]
-    return args + (["--host", "127.0.0.1", "--port", str(port)] if port is not None else ["--headless"])
-
-
-def node_environ(bin_dir: Path, rank: int) -> dict[str, str]:
-    """One local rank per node, each bound to a core of its own; the agreement's wait made short."""
-    env = vllm_environ(bin_dir, 2, bind=str(rank))
-    env["FIXPACK_AGREE_TIMEOUT"] = str(AGREE_TIMEOUT)
-    return env
 
 
 def run_nodes(*nodes: Server) -> dict[str, int]:
@@ -304,28 +266,11 @@ def test_two_nodes_one_without_an_opt_in(serve_env: ServeEnv, tiny_model: Path, 
     """TP 2 as two nodes on this host, each through the entry point with its own overlay; node 1's
     without fp8-moe-gather. Both nodes stop before the model loads, each worker with the one line
     that names both fix sets and the fix only rank 0 runs; every process of both nodes ends."""
-    master, port = free_port(), free_port()
     overlays = [tmp_path / "node0-overlay", tmp_path / "node1-overlay"]
     opt_ins = [build_env.OPT_INS, tuple(o for o in build_env.OPT_INS if o != "fp8-moe-gather")]
-    nodes = [
-        Server(
-            entry_point(
-                serve_env.python,
-                serve_env.site,
-                "--overlay",
-                str(overlays[rank]),
-                "--exec",
-                "vllm",
-                *node_args(tiny_model, master, rank, port if rank == 0 else None),
-                opt_ins=opt_ins[rank],
-            ),
-            env=node_environ(serve_env.bin, rank),
-            port=port if rank == 0 else None,
-            log=tmp_path / f"node{rank}.log",
-            name=f"node {rank} ({', '.join(opt_ins[rank])})",
-        )
-        for rank in (0, 1)
-    ]
+    names = (f"node 0 ({', '.join(opt_ins[0])})", f"node 1 ({', '.join(opt_ins[1])})")
+    packs = (Pack(overlays[0], opt_ins=opt_ins[0]), Pack(overlays[1], opt_ins=opt_ins[1]))
+    nodes = two_nodes(serve_env, tiny_model, tmp_path, names, packs, AGREE)
     with logs_on_failure(*nodes):
         codes = run_nodes(*nodes)
         sets = [fix_set(serve_env.python, serve_env.site, "--overlay", str(o)) for o in overlays]
@@ -349,30 +294,9 @@ def test_two_nodes_one_without_fixpack(serve_env: ServeEnv, tiny_model: Path, tm
     stock ``vllm serve --headless``. Node 0's worker stops FIXPACK_AGREE_TIMEOUT seconds after its
     groups exist, naming rank 1 as silent, before the model loads; node 1 logs nothing of fixpack and
     goes on as vLLM would, until node 0 has gone; every process of both nodes ends."""
-    master, port = free_port(), free_port()
     overlay = tmp_path / "node0-overlay"
-    node0 = Server(
-        entry_point(
-            serve_env.python,
-            serve_env.site,
-            "--overlay",
-            str(overlay),
-            "--exec",
-            "vllm",
-            *node_args(tiny_model, master, 0, port),
-        ),
-        env=node_environ(serve_env.bin, 0),
-        port=port,
-        log=tmp_path / "node0.log",
-        name="node 0 (fixpack)",
-    )
-    node1 = Server(
-        [str(serve_env.bin / "vllm"), *node_args(tiny_model, master, 1, None)],
-        env=node_environ(serve_env.bin, 1),
-        port=None,
-        log=tmp_path / "node1.log",
-        name="node 1 (no fixpack)",
-    )
+    names = ("node 0 (fixpack)", "node 1 (no fixpack)")
+    node0, node1 = two_nodes(serve_env, tiny_model, tmp_path, names, (Pack(overlay), None), AGREE)
     with logs_on_failure(node0, node1):
         codes = run_nodes(node0, node1)
         own = fix_set(serve_env.python, serve_env.site, "--overlay", str(overlay))
@@ -445,13 +369,8 @@ def test_a_patched_file_edited_after_the_apply(serve_env: ServeEnv, tiny_model: 
     )
 
     def server(mode: str | None, name: str) -> Server:
-        port = free_port()
-        env = vllm_environ(serve_env.bin, 1)
-        env["PYTHONPATH"] = str(overlay)
-        if mode is not None:
-            env["FIXPACK_RUNTIME_CHECK"] = mode
-        argv = [str(serve_env.bin / "vllm"), *serve_args(tiny_model, port, 1)]
-        return Server(argv, env=env, port=port, log=tmp_path / f"{name}.log", name=name)
+        environ = {"PYTHONPATH": str(overlay), **({"FIXPACK_RUNTIME_CHECK": mode} if mode is not None else {})}
+        return vllm_server(serve_env, serve_args(tiny_model), tmp_path / f"{name}.log", name, environ=environ)
 
     stopped, warned = server(None, "drifted"), server("warn", "drifted-warn")
     with logs_on_failure(stopped, warned):
@@ -497,26 +416,9 @@ def test_a_recipe_rule_refuses_before_vllm_starts(serve_env: ServeEnv, tiny_mode
         "nothing was applied, nothing launched"
     )
     overlay = tmp_path / "overlay"
-    port = free_port()
-    recipe_start = [
-        str(serve_env.python),
-        str(REPO / "fixes" / "apply_all.py"),
-        "--recipe",
-        RECIPE_SLUG,
-        "--site",
-        str(serve_env.site),
-        "--overlay",
-        str(overlay),
-    ]
-    env = vllm_environ(serve_env.bin, 1)
-    env["PT_HPU_LAZY_MODE"] = "1"
-    lazy = Server(
-        [*recipe_start, "--exec", "vllm", *serve_args(tiny_model, port, 1)],
-        env=env,
-        port=port,
-        log=tmp_path / "lazy.log",
-        name="--recipe with PT_HPU_LAZY_MODE=1",
-    )
+    pack = Pack(overlay, recipe=RECIPE_SLUG)
+    log, name = tmp_path / "lazy.log", "--recipe with PT_HPU_LAZY_MODE=1"
+    lazy = vllm_server(serve_env, serve_args(tiny_model), log, name, pack=pack, environ={"PT_HPU_LAZY_MODE": "1"})
     with logs_on_failure(lazy):
         try:
             lazy.start()
@@ -527,8 +429,9 @@ def test_a_recipe_rule_refuses_before_vllm_starts(serve_env: ServeEnv, tiny_mode
         assert lazy.text().splitlines() == [expected]
         assert not overlay.exists()
         with socket.socket() as s:
-            assert s.connect_ex(("127.0.0.1", port)) != 0, "something serves the port"
-    env["PT_HPU_LAZY_MODE"] = "0"
-    done = subprocess.run(recipe_start, capture_output=True, text=True, env=env, timeout=120)
+            assert s.connect_ex(("127.0.0.1", lazy.port)) != 0, "something serves the port"
+    env = {**lazy.env, "PT_HPU_LAZY_MODE": "0"}
+    done = subprocess.run(pack.argv(serve_env.python, serve_env.site), capture_output=True, text=True, env=env,
+                          timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     print(f"serve: a recipe rule refused in {lazy.exited_s:.1f} s; without lazy mode the same apply passed")

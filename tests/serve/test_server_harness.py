@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from server import Server, ServerError, free_port, logs_on_failure, wait_exits
+from server import PORT, Server, ServerError, logs_on_failure, wait_exits
 
 # Starts a child that sleeps, then serves /health (200) after DELAY seconds; prints the child's pid.
 STAND_IN = """
@@ -37,9 +37,8 @@ def _alive(pid: int) -> bool:
 
 
 def _stand_in(tmp_path: Path, delay: float, **kw) -> Server:
-    port = free_port()
-    argv = [sys.executable, "-c", STAND_IN, str(port), str(delay)]
-    return Server(argv, env=dict(os.environ), port=port, log=tmp_path / "stand-in.log", name="stand-in", **kw)
+    argv = [sys.executable, "-c", STAND_IN, PORT, str(delay)]
+    return Server(argv, env=dict(os.environ), log=tmp_path / "stand-in.log", name="stand-in", **kw)
 
 
 def _child(server: Server) -> int:
@@ -61,10 +60,16 @@ def test_ready_on_health_and_stopped_with_its_children(tmp_path: Path) -> None:
     assert not _alive(server.pid) and not _alive(child)
 
 
+def test_it_serves_on_a_port_it_picks_itself(tmp_path: Path) -> None:
+    served, headless = _stand_in(tmp_path, 0.3, poll=0.05), Server(["true"], env={}, log=tmp_path / "x.log")
+    assert served.port is not None and served.argv[3] == str(served.port) and headless.port is None
+    with served:
+        assert served.url("/health") == f"http://127.0.0.1:{served.port}/health"
+
+
 def test_a_server_that_dies_is_reported_with_its_log(tmp_path: Path) -> None:
-    port = free_port()
-    argv = [sys.executable, "-c", "print('boom: no model here'); raise SystemExit(3)"]
-    server = Server(argv, env=dict(os.environ), port=port, log=tmp_path / "dies.log", name="dying")
+    argv = [sys.executable, "-c", "print('boom: no model here'); raise SystemExit(3)", PORT]
+    server = Server(argv, env=dict(os.environ), log=tmp_path / "dies.log", name="dying")
     with pytest.raises(ServerError, match=r"(?s)dying .* exited with 3 before it was ready.*boom: no model here"):
         with server:
             pass
@@ -98,7 +103,6 @@ def test_wait_exits_waits_for_every_process_of_each_group(tmp_path: Path) -> Non
         Server(
             [sys.executable, "-c", leaver % delay],
             env=dict(os.environ),
-            port=None,
             log=tmp_path / f"{name}.log",
             name=name,
         )

@@ -35,9 +35,9 @@ import openai
 from build_env import ServeEnv
 from killers import health
 from make_sp_model import PIECES
-from server import Server, free_port, logs_on_failure
-from test_accept import one, run_cli
-from vllm_serve import CHECK_LINE, assert_no_fixpack, entry_point, serve_args, stock_server, vllm_environ
+from server import Server, logs_on_failure
+from tiny_recipe import one, run_cli
+from vllm_serve import CHECK_LINE, Pack, assert_no_fixpack, serve_args, stock_server, vllm_environ, vllm_server
 
 HERE = Path(__file__).resolve().parent
 REQUESTS = 32  # 8 of each kind, one per prompt
@@ -66,10 +66,6 @@ STOCK_LOG = [
 SLOW = "Using a slow tokenizer."  # vLLM's warning when the tokenizer it loaded is not a fast one
 # The tiny recipe's check of this symptom (tests/recipes/tiny-qwen3.yaml), run through recipe accept.
 RECIPE_CHECK = "logprobs-decode-guard-sentencepiece"
-
-
-def client(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url("/v1"), api_key="none", max_retries=0, timeout=120)
 
 
 # --- the four kinds of request; each returns (token id, decoded text) for every logprob entry -----
@@ -155,7 +151,7 @@ def ask_all(server: Server, model: Path) -> tuple[dict[str, int], int]:
     """REQUESTS requests, the kinds in turn, one after another (the first is the stock test's): the
     number answered of each kind and of logprob entries past the tokenizer's pieces. Each request
     must carry such ids (so that each alone would end a stock server), decoded to ""."""
-    api = client(server)
+    api = server.client()
     answered = dict.fromkeys(KINDS, 0)
     padded = 0
     names = list(KINDS)
@@ -226,17 +222,8 @@ def test_pack_answers_logprobs(serve_env: ServeEnv, sp_model: Path, tmp_path: Pa
     of the four kinds, each with ids past the tokenizer's pieces in its logprobs, all answered, the
     padded ids decoded to ""; /health 200 after."""
     overlay = tmp_path / "overlay"
-    port = free_port()
-    argv = entry_point(
-        serve_env.python, serve_env.site, "--overlay", str(overlay), "--exec", "vllm", *serve_args(sp_model, port, 1)
-    )
-    fixed = Server(
-        argv,
-        env=vllm_environ(serve_env.bin, 1),
-        port=port,
-        log=tmp_path / "fixpack-spm.log",
-        name="TP 1 with the overlay, SentencePiece tokenizer",
-    )
+    log, name = tmp_path / "fixpack-spm.log", "TP 1 with the overlay, SentencePiece tokenizer"
+    fixed = vllm_server(serve_env, serve_args(sp_model), log, name, pack=Pack(overlay))
     start = time.monotonic()
     with logs_on_failure(fixed), fixed:
         checks = list(CHECK_LINE.finditer(fixed.text()))

@@ -47,17 +47,19 @@ from killers import (
     post,
     stop_id_requests,
 )
-from server import Server, free_port, logs_on_failure
+from server import Server, logs_on_failure
 from short_fuzz import BATCHES, KILLED_AT, SEED, replay, saved_kinds, short_fuzz
-from test_accept import TINY, one, recipe_argv, run_cli
+from tiny_recipe import TINY, one, recipe_args, run_cli
 from vllm_serve import (
     CHECK_LINE,
+    Pack,
     assert_checked_everywhere,
     assert_no_fixpack,
     copy_env,
     entry_point,
     fix_set,
     vllm_environ,
+    vllm_server,
 )
 
 from fixpack.cookbook.recipes import load_recipe
@@ -83,16 +85,10 @@ def leak_runs(server: Server, model: Path) -> list[bool]:
     return [one(server.url(""), model, LEAK).ok for _ in range(LEAK_RUNS)]
 
 
-def recipe_server(argv: list[str], env: ServeEnv, port: int, log: Path, name: str) -> Server:
-    return Server(argv, env=vllm_environ(env.bin, 1), port=port, log=log, name=name)
-
-
 def test_stock_server(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> None:
     """Without fixpack: min_tokens with a choice answers 500 each time; the leak check fails in some
     runs (the rate is printed); then one request with an out-of-vocabulary stop id ends the server."""
-    port = free_port()
-    argv = [str(serve_env.bin / "vllm"), *recipe_argv(tiny_model, port)]
-    stock = recipe_server(argv, serve_env, port, tmp_path / "stock.log", "TP 1 without fixpack")
+    stock = vllm_server(serve_env, recipe_args(tiny_model), tmp_path / "stock.log", "TP 1 without fixpack")
     start = time.monotonic()
     with logs_on_failure(stock):
         try:
@@ -143,9 +139,8 @@ def test_stock_server(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
 def test_stock_short_fuzz(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> None:
     """Without fixpack, the short seeded fuzz finds the stop-id killer: the server ends at the seed's
     first batch that holds one, the worker's IndexError naming an id past the vocabulary."""
-    port = free_port()
-    argv = [str(serve_env.bin / "vllm"), *recipe_argv(tiny_model, port)]
-    stock = recipe_server(argv, serve_env, port, tmp_path / "stock-fuzz.log", "TP 1 without fixpack, fuzzed")
+    log, name = tmp_path / "stock-fuzz.log", "TP 1 without fixpack, fuzzed"
+    stock = vllm_server(serve_env, recipe_args(tiny_model), log, name)
     start = time.monotonic()
     with logs_on_failure(stock):
         try:
@@ -171,10 +166,8 @@ def test_vllm_profile_in_place(serve_env: ServeEnv, tiny_model: Path, tmp_path: 
     """The profile for vLLM's own builds in place, on a copy of the environment without vllm-gaudi:
     each symptom gone, every model-independent check of the tiny recipe held."""
     copy = copy_env(serve_env, tmp_path / "env", gaudi=False)
-    port = free_port()
-    argv = entry_point(copy.python, copy.site, "--exec", "vllm", *recipe_argv(tiny_model, port), opt_ins=(),
-                       profile=PROFILE)  # fmt: skip
-    fixed = recipe_server(argv, copy, port, tmp_path / "fixed.log", f"TP 1, {PROFILE} in place")
+    pack = Pack(profile=PROFILE, opt_ins=())
+    fixed = vllm_server(copy, recipe_args(tiny_model), tmp_path / "fixed.log", f"TP 1, {PROFILE} in place", pack=pack)
     junit = tmp_path / "accept.xml"
     start = time.monotonic()
     with logs_on_failure(fixed), fixed:
@@ -231,10 +224,9 @@ def test_vllm_profile_overlay(serve_env: ServeEnv, tiny_model: Path, tmp_path: P
     assert not beside.exists()
     copy = copy_env(serve_env, tmp_path / "env", gaudi=False)
     overlay = tmp_path / "overlay"
-    port = free_port()
-    argv = entry_point(copy.python, copy.site, "--overlay", str(overlay), "--exec", "vllm",
-                       *recipe_argv(tiny_model, port), opt_ins=(), profile=PROFILE)  # fmt: skip
-    fixed = recipe_server(argv, copy, port, tmp_path / "overlay.log", f"TP 1, {PROFILE} in an overlay")
+    pack = Pack(overlay, profile=PROFILE, opt_ins=())
+    log, name = tmp_path / "overlay.log", f"TP 1, {PROFILE} in an overlay"
+    fixed = vllm_server(copy, recipe_args(tiny_model), log, name, pack=pack)
     with logs_on_failure(fixed), fixed:
         tree = fixed.descendants()
         status, body = post(fixed, "/v1/completions", stop_id_requests(tiny_model)["/v1/completions"])

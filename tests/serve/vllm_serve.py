@@ -1,7 +1,8 @@
-"""vLLM's side of the serve harness: a vLLM process's environment and `vllm serve` arguments, the
-entry point that applies the pack before it, a copy of the serve venv to apply in place to, and the
-runtime check's lines that every process logs. The serve tier's tests and the bench import these
-from here, not from a test module."""
+"""vLLM's side of the serve harness: ``vllm_server`` builds a ``server.Server`` of ``vllm serve``
+from an environment, its arguments and what fixpack does first (``Pack``: in place, an overlay, a
+profile or a recipe); two nodes of one deployment (``two_nodes``); a vLLM process's environment; a
+copy of the serve venv to apply in place to; the runtime check's lines that every process logs. The
+serve tier's tests and the bench build their servers here, not by hand."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import build_env
 from build_env import ServeEnv
-from server import Server, free_port
+from server import POLL, PORT, Server, free_port
 
 REPO = build_env.REPO
 
@@ -60,7 +63,8 @@ def vllm_environ(bin_dir: Path, tp: int, bind: str | None = None) -> dict[str, s
     return env
 
 
-def serve_args(model: Path, port: int, tp: int) -> list[str]:
+def serve_args(model: Path, tp: int = 1) -> list[str]:
+    """``serve MODEL`` for the tiny model on this host's loopback, on the server's own port."""
     return [
         "serve",
         str(model),
@@ -72,8 +76,49 @@ def serve_args(model: Path, port: int, tp: int) -> list[str]:
         "--host",
         "127.0.0.1",
         "--port",
-        str(port),
+        PORT,
     ]
+
+
+def node_args(model: Path, master_port: int, rank: int) -> list[str]:
+    """``serve`` arguments for node ``rank`` of a TP 2 deployment over two nodes on this host (vLLM's
+    multi-node multiprocessing): node 0 serves, node 1 is headless."""
+    args = [
+        "serve",
+        str(model),
+        "--tensor-parallel-size",
+        "2",
+        "--enforce-eager",
+        "--max-model-len",
+        "512",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        str(rank),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(master_port),
+    ]
+    return args + (["--host", "127.0.0.1", "--port", PORT] if rank == 0 else ["--headless"])
+
+
+@dataclass(frozen=True)
+class Pack:
+    """What fixpack does before ``vllm serve``, through the entry point (``apply_all.py ... --exec``):
+    in place on the environment's site, or into ``overlay``; a ``profile`` with its ``opt_ins``, or
+    a ``recipe`` by its slug."""
+
+    overlay: Path | None = None
+    profile: str = build_env.PROFILE
+    opt_ins: tuple[str, ...] = build_env.OPT_INS
+    recipe: str | None = None
+
+    def argv(self, python: Path, site: Path) -> list[str]:
+        """The entry point's command line up to ``--exec``."""
+        chosen = ["--recipe", self.recipe] if self.recipe else ["--profile", self.profile, *self.opt_ins]
+        where = ["--overlay", str(self.overlay)] if self.overlay is not None else []
+        return [str(python), str(REPO / "fixes" / "apply_all.py"), *chosen, "--site", str(site), *where]
 
 
 def entry_point(
@@ -83,28 +128,59 @@ def entry_point(
     opt_ins: tuple[str, ...] = build_env.OPT_INS,
     profile: str = build_env.PROFILE,
 ) -> list[str]:
-    return [
-        str(python),
-        str(REPO / "fixes" / "apply_all.py"),
-        "--profile",
-        profile,
-        *opt_ins,
-        "--site",
-        str(site),
-        *extra,
-    ]
+    """The entry point alone (no server): ``apply_all.py --profile ... --site SITE EXTRA``."""
+    return [*Pack(profile=profile, opt_ins=opt_ins).argv(python, site), *extra]
+
+
+def vllm_server(
+    env: ServeEnv,
+    args: list[str],
+    log: Path,
+    name: str,
+    *,
+    pack: Pack | None = None,
+    tp: int = 1,
+    bind: str | None = None,
+    environ: Mapping[str, str] = {},
+    poll: float = POLL,
+) -> Server:
+    """``vllm ARGS`` of ``env`` (``args`` from ``serve_args``, ``node_args`` or the tiny recipe), after
+    ``pack`` if one is given, else stock; its process environment ``vllm_environ``'s with ``environ``
+    over it."""
+    vllm = [*pack.argv(env.python, env.site), "--exec", "vllm"] if pack is not None else [str(env.bin / "vllm")]
+    return Server([*vllm, *args], env={**vllm_environ(env.bin, tp, bind), **environ}, log=log, name=name, poll=poll)
 
 
 def stock_server(serve_env: ServeEnv, model: Path, tp: int, log: Path, name: str) -> Server:
-    """``vllm serve`` of the environment as built, without fixpack, on a free loopback port."""
-    port = free_port()
-    return Server(
-        [str(serve_env.bin / "vllm"), *serve_args(model, port, tp)],
-        env=vllm_environ(serve_env.bin, tp),
-        port=port,
-        log=log,
-        name=name,
+    """``vllm serve`` of the environment as built, without fixpack."""
+    return vllm_server(serve_env, serve_args(model, tp), log, name, tp=tp)
+
+
+def two_nodes(
+    env: ServeEnv,
+    model: Path,
+    logs: Path,
+    names: tuple[str, str],
+    packs: tuple[Pack | None, Pack | None],
+    environ: Mapping[str, str] = {},
+) -> tuple[Server, Server]:
+    """Nodes 0 and 1 of a TP 2 deployment on this host, one local rank each, each bound to a core of
+    its own: node 0 serves, node 1 is headless; started by the caller, together."""
+    master = free_port()
+    node0, node1 = (
+        vllm_server(
+            env,
+            node_args(model, master, rank),
+            logs / f"node{rank}.log",
+            names[rank],
+            pack=packs[rank],
+            tp=2,
+            bind=str(rank),
+            environ=environ,
+        )
+        for rank in (0, 1)
     )
+    return node0, node1
 
 
 def fix_set(python: Path, site: Path, *extra: str) -> dict:
