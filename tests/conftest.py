@@ -1,10 +1,14 @@
-"""Fixtures for the engine tests; the builders they use are in ``builders.py``."""
+"""Fixtures the engine test modules share; the helpers they use are in ``builders.py`` and the
+modules beside it (``realtree``, ``cookbooks``, ``trees``, ``runs``, ``nonroot``, ``shipped_recipe``),
+never in another test module (test_suite_layout.py)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
 sys.dont_write_bytecode = True
 
-from builders import PRISTINE, Cookbook, Site, make_site  # noqa: E402
+from builders import GAUDI_COMMIT, PRISTINE, Cookbook, Site, make_site, write_dist  # noqa: E402
+from cookbooks import three_fixes  # noqa: E402
+from nonroot import pycs  # noqa: E402
+from realtree import SRC_GAUDI, SRC_VLLM, package_files  # noqa: E402
 
 # git's identity, as fixpack diff reads it (user.name and user.email), is the same whatever the
 # caller's ~/.gitconfig holds: a file of the tests' own instead of it, and none of git's variables.
@@ -62,6 +69,25 @@ def site(tmp_path: Path) -> Site:
 
 
 @pytest.fixture
+def shared(tmp_path: Path, pristine_sources: dict[str, Path]) -> Iterator[tuple[Cookbook, Site]]:
+    """A cookbook and a site that another user can read (nonroot.py): under /tmp, not pytest's
+    private folder."""
+    root = Path("/tmp") / f"fixpack-hard-{os.getpid()}-{tmp_path.name}"
+    root.mkdir(mode=0o755)
+    os.chmod(root, 0o755)
+    book = Cookbook(root / "cookbook", pristine_sources)
+    three_fixes(book)
+    site = make_site(root)
+    pycs(site)
+    for p in [root, *root.rglob("*")]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    try:
+        yield book, site
+    finally:
+        shutil.rmtree(root)
+
+
+@pytest.fixture
 def cli():
     """Run ``fixpack ARGS`` in this process; exceptions propagate (a traceback fails the test)."""
     from click.testing import CliRunner
@@ -90,6 +116,19 @@ def gaudi_git(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"VLLM_GAUDI_GIT={src}: git cannot clone it")
     _git(dest, "fetch", "-q", src, "refs/pull/*:refs/pull/*")  # none there is no failure: the tests say what lacks
     return dest
+
+
+@pytest.fixture(scope="module")
+def real_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real trees (realtree.py) laid out as pip leaves them: dist-info with RECORD, and
+    _version.py with the commit. Built once per module: the real trees are large."""
+    site = tmp_path_factory.mktemp("real") / "site"
+    gaudi = package_files(Path(SRC_GAUDI), "vllm_gaudi")  # type: ignore[arg-type]
+    gaudi.pop("vllm_gaudi/_version.py", None)
+    write_dist(site, "vllm-gaudi", "0.26.0", gaudi, commit=GAUDI_COMMIT)
+    vllm = package_files(Path(SRC_VLLM), "vllm")  # type: ignore[arg-type]
+    write_dist(site, "vllm", "0.26.0", vllm)  # the wheel's own _version.py says gffd46bfab
+    return site
 
 
 def _git(repo: Path | str | None, *args: str) -> subprocess.CompletedProcess[bytes]:

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 from builders import GAUDI_COMMIT, write_dist
-from test_realtree import PROFILE, SRC_GAUDI, SRC_VLLM, _opt_ins, _package_files, _run, pytestmark  # noqa: F401
+from realtree import PROFILE, REALTREE, SRC_GAUDI, SRC_VLLM, opt_ins_of, package_files, run_python
 
+pytestmark = REALTREE
 WORLD = 4
 AGREE_TIMEOUT = 8.0
 PLUGIN = "fixpack_runtime_check"  # the entry point's name: vllm-gaudi's plugins stay out
@@ -62,10 +63,10 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """One site per rank, copies of one built from the real trees (pristine)."""
     work = tmp_path_factory.mktemp("agree")
     base = work / "base"
-    gaudi = _package_files(Path(SRC_GAUDI), "vllm_gaudi")  # type: ignore[arg-type]
+    gaudi = package_files(Path(SRC_GAUDI), "vllm_gaudi")  # type: ignore[arg-type]
     gaudi.pop("vllm_gaudi/_version.py", None)
     write_dist(base, "vllm-gaudi", "0.26.0", gaudi, commit=GAUDI_COMMIT)
-    write_dist(base, "vllm", "0.26.0", _package_files(Path(SRC_VLLM), "vllm"))  # type: ignore[arg-type]
+    write_dist(base, "vllm", "0.26.0", package_files(Path(SRC_VLLM), "vllm"))  # type: ignore[arg-type]
     probe = "import vllm.config, vllm.distributed.parallel_state, torch.distributed"
     found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=_env(base), timeout=300)
     if found.returncode != 0:  # also compiles what a rank imports, once, before the copies
@@ -92,17 +93,17 @@ def _arrange(sites: list[Path], wanted: list[tuple[str, ...] | None]) -> None:
         if site in _state and _state[site] == opt_ins:
             continue
         if _state.get(site) is not None:  # apply only adds: a node with other opt-ins starts from its image
-            r = _run("-m", "fixpack", "revert", "--site", str(site))
+            r = run_python("-m", "fixpack", "revert", "--site", str(site))
             assert r.returncode == 0, r.stderr
         if opt_ins is not None:
-            r = _run("-m", "fixpack", "apply", "--profile", PROFILE, "--site", str(site), *opt_ins)
+            r = run_python("-m", "fixpack", "apply", "--profile", PROFILE, "--site", str(site), *opt_ins)
             assert r.returncode == 0, r.stderr
         _state[site] = opt_ins
         assert (site / PLUGIN).is_dir() == (opt_ins is not None)
 
 
 def _fix_set(site: Path) -> dict:
-    r = _run("-m", "fixpack", "status", "--site", str(site), "--json")
+    r = run_python("-m", "fixpack", "status", "--site", str(site), "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)["fix_set"]
 
@@ -150,7 +151,7 @@ def _refusal(out: str) -> str:
 
 
 def test_ranks_with_one_fix_set_all_start_and_log_it(ranks: list[Path]):
-    full = tuple(_opt_ins())
+    full = tuple(opt_ins_of())
     _arrange(ranks, [full] * WORLD)
     digest = _fix_set(ranks[0])["digest"]
     assert {_fix_set(site)["digest"] for site in ranks} == {digest}
@@ -164,7 +165,7 @@ def test_ranks_with_one_fix_set_all_start_and_log_it(ranks: list[Path]):
 
 
 def test_a_rank_with_an_opt_in_fewer_stops_every_rank(ranks: list[Path]):
-    full = tuple(_opt_ins())
+    full = tuple(opt_ins_of())
     fewer = full[1:]
     _arrange(ranks, [full, full, full, fewer])
     ours, theirs = _fix_set(ranks[0]), _fix_set(ranks[3])
@@ -187,7 +188,7 @@ def test_a_rank_with_an_opt_in_fewer_stops_every_rank(ranks: list[Path]):
 
 @pytest.mark.parametrize("lone", [0, 2], ids=["store-host", "other-rank"])
 def test_a_rank_without_fixpack_goes_on_and_the_others_stop_naming_it(ranks: list[Path], lone: int):
-    full = tuple(_opt_ins())
+    full = tuple(opt_ins_of())
     _arrange(ranks, [None if r == lone else full for r in range(WORLD)])
     procs = _start(ranks)
     others = [r for r in range(WORLD) if r != lone]
@@ -208,7 +209,7 @@ def test_a_rank_without_fixpack_goes_on_and_the_others_stop_naming_it(ranks: lis
 
 
 def test_under_warn_a_rank_with_an_edited_patched_file_is_named_by_every_rank(ranks: list[Path]):
-    full = tuple(_opt_ins())
+    full = tuple(opt_ins_of())
     _arrange(ranks, [full] * WORLD)
     digest = _fix_set(ranks[0])["digest"]
     edited = ranks[2] / "vllm_gaudi" / "v1" / "worker" / "hpu_input_batch.py"  # several fixes patch it

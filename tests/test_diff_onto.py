@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from builders import BATCH, RUNNER
-from test_port_agrees import _git, _git_tree
+from trees import git, git_tree
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 AUTHOR = "Fix Author <fix@example.com>"
@@ -37,14 +37,14 @@ def test_diff_onto_exports_what_ports_and_names_what_does_not(cli, cookbook, tmp
     cookbook.fix("batch-fix", {"vllm_gaudi/batch.py": (BATCH, BATCH.replace("def swap", "def swap_rows"))})
     cookbook.profile(["runner-fix", "f7-fix", "late-fix", "batch-fix"])
     cookbook.lock()
-    tree = _git_tree(
+    tree = git_tree(
         tmp_path / "new",
         {"vllm_gaudi/__init__.py": "", "vllm_gaudi/runner.py": NEW_RUNNER, "vllm_gaudi/batch.py": BATCH},
     )
     r = cli("diff", "--profile", "v0.26.0", "--format", "mbox", "--author", AUTHOR, "--onto", f"vllm-gaudi={tree}")
     assert r.exit_code == 0, r.output
     assert "[PATCH 1/3]" in r.stdout and "f7-fix" not in r.stdout.split("Fixpack-Fix")[0]
-    assert f"base-commit: {_git(tree, 'rev-parse', 'HEAD')}" in r.stdout
+    assert f"base-commit: {git(tree, 'rev-parse', 'HEAD')}" in r.stdout
     assert "f7-fix: not exported onto main-" in r.stderr and "does not match the file" in r.stderr
     done = _am(tree, r.stdout, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -10,24 +10,12 @@ import sys
 import zipfile
 
 from builders import REPO, make_site, run_cli
-from test_transaction import three_fixes
-
-SCRIPT = REPO / "fixes" / "apply_all.py"
-
-
-def apply_all(cookbook, site, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    full = dict(os.environ, FIXPACK_COOKBOOK=str(cookbook.root), **env)
-    full.pop("PYTHONPATH", None)
-    cmd = [sys.executable, "-X", "importtime", str(SCRIPT), "--profile", "v0.26.0", *args, "--site", str(site.path)]
-    return subprocess.run(cmd, capture_output=True, text=True, env=full)
+from cookbooks import three_fixes
+from runs import SCRIPT, apply_all, took_fast_path
 
 
 def output(r: subprocess.CompletedProcess[str]) -> tuple[str, str]:
     return r.stdout, "".join(ln + "\n" for ln in r.stderr.splitlines() if not ln.startswith("import time:"))
-
-
-def took_fast_path(r: subprocess.CompletedProcess[str]) -> bool:
-    return "fixpack.commands.install.apply" not in r.stderr  # -X importtime: only the full apply imports the recipe
 
 
 def test_warm_rerun_takes_the_fast_path_with_the_same_output(cookbook, site):

@@ -6,24 +6,14 @@ from __future__ import annotations
 
 import fcntl
 import os
-import py_compile
-import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from builders import Cookbook, Site, in_child_as, make_site, run_cli
-from test_hardening_paths import APPLY, env_of, one_line_error
-from test_transaction import targets, three_fixes
-
-NOBODY = 65534
-
-
-def pycs(site: Site) -> None:
-    """Compiled bytecode beside every module, as an image that ran once has."""
-    for rel in ("vllm_gaudi/runner.py", "vllm_gaudi/batch.py", "vllm/sampler.py"):
-        py_compile.compile(str(site.file(rel)), doraise=True)
+from builders import Site, run_cli
+from cookbooks import targets, three_fixes
+from nonroot import NOBODY, as_nobody, needs_root, pycs, warm_imports
+from runs import APPLY, env_of, one_line_error
 
 
 def sources_of(site: Site) -> dict[str, bytes]:
@@ -33,51 +23,6 @@ def sources_of(site: Site) -> dict[str, bytes]:
 
 def bytecode_of(site: Site) -> dict[str, bytes]:
     return {k: v[0] for k, v in site.snapshot().items() if k.endswith(".pyc")}
-
-
-@pytest.fixture
-def shared(tmp_path: Path, pristine_sources: dict[str, Path]) -> Iterator[tuple[Cookbook, Site]]:
-    """A cookbook and a site that another user can read: under /tmp, not pytest's private folder."""
-    root = Path("/tmp") / f"fixpack-hard-{os.getpid()}-{tmp_path.name}"
-    root.mkdir(mode=0o755)
-    os.chmod(root, 0o755)
-    book = Cookbook(root / "cookbook", pristine_sources)
-    three_fixes(book)
-    site = make_site(root)
-    pycs(site)
-    for p in [root, *root.rglob("*")]:
-        os.chmod(p, 0o755 if p.is_dir() else 0o644)
-    try:
-        yield book, site
-    finally:
-        shutil.rmtree(root)
-
-
-def as_nobody(book: Cookbook, *args: str) -> tuple[int, str]:
-    """Run ``fixpack ARGS`` as uid/gid 65534. Returns (exit code, stdout + stderr)."""
-    from fixpack.cli import main
-
-    def work() -> int:
-        os.environ["FIXPACK_COOKBOOK"] = str(book.root)
-        main.main(args=list(args), prog_name="fixpack")
-        return 0
-
-    return in_child_as(NOBODY, work)
-
-
-def warm_imports(book: Cookbook, site: Site, monkeypatch) -> None:
-    """The child cannot read this interpreter's library (/root): import all it needs here, as root,
-    with commands that write nothing."""
-    from click.testing import CliRunner
-
-    from fixpack.cli import main
-
-    monkeypatch.setenv("FIXPACK_COOKBOOK", str(book.root))
-    for args in ([*APPLY, "--dry-run"], ["status"], ["revert", "--dry-run"], ["recover"]):
-        assert CliRunner().invoke(main, [*args, "--site", str(site.path)]).exit_code == 0
-
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run fixpack as another user")
 
 
 @needs_root

@@ -3,29 +3,16 @@ a target that is a symlink or a folder is refused, before any write, in one line
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-from builders import BATCH, RUNNER, SAMPLER, Site, make_site, run_cli
+from builders import BATCH, RUNNER, SAMPLER, make_site, run_cli
+from cookbooks import two_fixes
+from runs import APPLY, env_of, interrupted, one_line_error
 
 from fixpack.core.paths import UnsafePath, relative
-
-APPLY = ("apply", "--profile", "v0.26.0")
-
-
-def env_of(cookbook) -> dict[str, str]:
-    return {"FIXPACK_COOKBOOK": str(cookbook.root)}
-
-
-def one_line_error(stderr: str) -> str:
-    """The error line; fails the test on a traceback or on more than one line."""
-    assert "Traceback" not in stderr, stderr
-    lines = [ln for ln in stderr.splitlines() if ln.startswith("fixpack: error:")]
-    assert len(lines) == 1, stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize("path", ["vllm/x.py", "vllm_gaudi/v1/worker/hpu_model_runner.py", "a"])
@@ -98,13 +85,6 @@ def test_lock_path_outside_the_root_is_a_usage_error(cookbook, site):
     assert site.read("vllm_gaudi/batch.py") == BATCH.encode()
 
 
-def two_fixes(cookbook) -> None:
-    cookbook.fix("runner", {"vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 3\n", "return 30\n"))})
-    cookbook.fix("sampler", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("x\n", "-x\n"))})
-    cookbook.profile(["runner", "sampler"])
-    cookbook.lock()
-
-
 def test_symlinked_folder_leading_out_of_the_site_is_refused(cookbook, site, tmp_path):
     two_fixes(cookbook)
     outside = tmp_path / "elsewhere" / "vllm"
@@ -162,29 +142,6 @@ def test_directory_where_a_target_should_be_is_one_line(cookbook, site):
         assert r.returncode == 3, (args, r.stderr)
         assert "it is a directory, where a source file was expected" in one_line_error(r.stderr)
     assert site.read("vllm_gaudi/runner.py") == RUNNER.encode()
-
-
-def interrupted(cookbook, site: Site) -> dict:
-    """Leave ``site`` with an apply's journal, both targets replaced (two fixes). A first run dies
-    after its first durable write, the journal, which says how many writes come before the first
-    rename: the backups, then every new content staged. The second run recovers that one (writing
-    nothing: no target had changed) and dies right after renaming the two targets."""
-    journal = site.path / ".fixpack" / "journal" / "journal.json"
-    env = env_of(cookbook)
-    r = run_cli(*APPLY, "--site", str(site.path), env={**env, "FIXPACK_CRASH_AFTER": "1"})
-    assert r.returncode == 99, r.stderr
-    entries = json.loads(journal.read_text())["entries"]
-    before = 1 + sum(e["backup"] is not None for e in entries) + sum(e["new"] is not None for e in entries)
-    r = run_cli(*APPLY, "--site", str(site.path), env={**env, "FIXPACK_CRASH_AFTER": str(before + 2)})
-    assert r.returncode == 99, r.stderr
-    entries = json.loads(journal.read_text())["entries"]
-    replaced = [e["path"] for e in entries if e["root"] != "state" and e["new"] == sha256_of(site.file(e["path"]))]
-    assert sorted(replaced) == ["vllm/sampler.py", "vllm_gaudi/runner.py"], replaced
-    return json.loads(journal.read_text())
-
-
-def sha256_of(path: Path) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from builders import Site, make_site, run_cli
-from test_hardening_paths import APPLY, env_of, interrupted, one_line_error, two_fixes
+from cookbooks import two_fixes
+from runs import APPLY, env_of, interrupted, one_line_error
 
 TARGETS = ("vllm_gaudi/runner.py", "vllm/sampler.py")
 

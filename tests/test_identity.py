@@ -10,8 +10,8 @@ import re
 
 import pytest
 from builders import BATCH, GAUDI_COMMIT, PRISTINE, RUNNER, SAMPLER, make_site
-from test_overlay import apply as apply_overlay
-from test_overlay import snapshot
+from runs import apply_overlay
+from trees import snapshot
 
 from fixpack.core.identity import FixSet, fix_set, mismatch
 from fixpack.models import FileRecord

@@ -10,13 +10,12 @@ import sys
 from importlib.metadata import packages_distributions
 
 import pytest
-from builders import REPO, make_site
+from builders import REPO, Cookbook, make_site
+from cookbooks import three_fixes
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from test_recipe_launch import SLUG, book  # noqa: F401 (a fixture: the test cookbook with a recipe)
-from test_transaction import three_fixes
-
-SCRIPT = REPO / "fixes" / "apply_all.py"
+from runs import SCRIPT
+from shipped_recipe import SLUG, with_recipe
 
 # Run apply_all.py with every import of MODULE (and its sub-modules) refused, as where it is not installed.
 BLOCKED = """\
@@ -53,6 +52,11 @@ def without(module: str, cookbook, site, *args: str, fix_set: tuple[str, ...] = 
     return subprocess.run(cmd, capture_output=True, text=True, env=env)
 
 
+@pytest.fixture
+def book(cookbook: Cookbook) -> Cookbook:
+    return with_recipe(cookbook)
+
+
 @pytest.mark.parametrize(
     "module, versions",
     [
@@ -77,7 +81,7 @@ def test_a_missing_requirement_is_one_line_and_exit_3_with_nothing_written(cookb
     assert applied.returncode == 0 and "3 applied" in applied.stdout
 
 
-def test_a_recipe_start_without_yaml_is_one_line_and_exit_3_with_nothing_written(book, site):  # noqa: F811
+def test_a_recipe_start_without_yaml_is_one_line_and_exit_3_with_nothing_written(book, site):
     if "yaml" not in requirements():
         pytest.skip("PyYAML is not in requirements.txt on this branch")
     before = site.snapshot()

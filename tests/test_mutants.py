@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from builders import RUNNER, SAMPLER
-from test_verify_and_diff import DOUBLING_PROOF, sources_args
+from cookbooks import DOUBLING_PROOF
+from trees import sources_args
 
 from fixpack.core import patch
 from fixpack.core.mutants import Target, mutants

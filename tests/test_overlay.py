@@ -10,33 +10,12 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 from builders import BATCH, REPO, RUNNER, make_site, run_cli
-from test_transaction import three_fixes
-
-SCRIPT = REPO / "fixes" / "apply_all.py"
-
-
-def apply(book, site, overlay: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(
-        "apply", "--profile", "v0.26.0", "--site", str(site.path), "--overlay", str(overlay), *args,
-        env={"FIXPACK_COOKBOOK": str(book.root), **env},
-    )  # fmt: skip
-
-
-def py(code: str, *path: Path, flags: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter with ``path`` as PYTHONPATH."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("FIXPACK_")}
-    full.update(PYTHONPATH=os.pathsep.join(map(str, path)), **env)
-    return subprocess.run(
-        [sys.executable, *flags, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full, timeout=60
-    )
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+from cookbooks import three_fixes
+from runs import SCRIPT, apply_overlay, py
+from trees import snapshot
 
 
 @pytest.fixture
@@ -44,7 +23,7 @@ def built(cookbook, site, tmp_path):
     three_fixes(cookbook)
     before = snapshot(site.path)
     overlay = tmp_path / "overlay"
-    r = apply(cookbook, site, overlay)
+    r = apply_overlay(cookbook, site, overlay)
     assert r.returncode == 0, r.stderr
     assert snapshot(site.path) == before  # nothing written under the site
     return cookbook, site, overlay, r
@@ -131,7 +110,7 @@ def test_a_module_a_fix_removes_is_gone(cookbook, site, tmp_path):
     cookbook.profile(["drop"])
     cookbook.lock()
     overlay = tmp_path / "overlay"
-    assert apply(cookbook, site, overlay).returncode == 0
+    assert apply_overlay(cookbook, site, overlay).returncode == 0
     out = py("import vllm_gaudi.batch", overlay, site.path)
     assert out.returncode == 1 and "ModuleNotFoundError" in out.stderr and "removed by fixpack" in out.stderr
     assert site.file("vllm_gaudi/batch.py").exists()
@@ -175,12 +154,12 @@ def test_status_and_revert_understand_the_overlay(built, cli):
 def test_a_rerun_changes_nothing_and_a_changed_image_is_refused(built):
     book, site, overlay, _ = built
     before = {p: p.stat().st_mtime_ns for p in overlay.rglob("*")}
-    r = apply(book, site, overlay, "--json")
+    r = apply_overlay(book, site, overlay, "--json")
     assert r.returncode == 0 and {f["action"] for f in json.loads(r.stdout)["fixes"]} == {"already-applied"}
     assert {p: p.stat().st_mtime_ns for p in overlay.rglob("*")} == before
     target = site.file("vllm_gaudi/batch.py")
     target.write_text(target.read_text() + "# another build\n")
-    r = apply(book, site, overlay)
+    r = apply_overlay(book, site, overlay)
     assert r.returncode == 1 and "drifted" in r.stderr
 
 
@@ -189,7 +168,7 @@ def test_a_folder_that_is_not_an_overlay_is_never_replaced(cookbook, site, tmp_p
     folder = tmp_path / "data"
     folder.mkdir()
     (folder / "keep.txt").write_text("mine")
-    r = apply(cookbook, site, folder)
+    r = apply_overlay(cookbook, site, folder)
     assert r.returncode == 3 and "not a fixpack overlay" in r.stderr
     assert snapshot(folder) == {"keep.txt": b"mine"}
 
@@ -198,7 +177,7 @@ def test_an_overlay_over_fixes_applied_in_place_is_refused(cookbook, site, tmp_p
     three_fixes(cookbook)
     env = {"FIXPACK_COOKBOOK": str(cookbook.root)}
     assert run_cli("apply", "--profile", "v0.26.0", "--site", str(site.path), env=env).returncode == 0
-    r = apply(cookbook, site, tmp_path / "overlay")
+    r = apply_overlay(cookbook, site, tmp_path / "overlay")
     assert r.returncode == 1 and "applied in place" in r.stderr and not (tmp_path / "overlay").exists()
 
 
@@ -207,11 +186,11 @@ def test_crash_at_every_write_point_leaves_the_old_overlay_or_the_new_one(cookbo
     site = make_site(tmp_path / "s")
     overlay = tmp_path / "overlay"
     env = {"FIXPACK_COOKBOOK": str(cookbook.root)}
-    assert apply(cookbook, site, overlay).returncode == 0
+    assert apply_overlay(cookbook, site, overlay).returncode == 0
     old = snapshot(overlay)
     assert run_cli("revert", "two", "--site", str(site.path), "--overlay", str(overlay), env=env).returncode == 0
     new = snapshot(overlay)
-    assert apply(cookbook, site, overlay).returncode == 0
+    assert apply_overlay(cookbook, site, overlay).returncode == 0
     assert snapshot(overlay).keys() == old.keys()
     for n in range(1, 100):  # revert two: every file of the build, the renames and the removal
         r = run_cli(
@@ -227,7 +206,7 @@ def test_crash_at_every_write_point_leaves_the_old_overlay_or_the_new_one(cookbo
         now = snapshot(overlay)
         assert _same(now, old) or _same(now, new), f"crash after write {n}"
         assert not list(tmp_path.glob(".overlay.fixpack-*"))
-        assert apply(cookbook, site, overlay).returncode == 0
+        assert apply_overlay(cookbook, site, overlay).returncode == 0
     else:
         pytest.fail("never completed")
     assert _same(snapshot(overlay), new)
@@ -297,8 +276,8 @@ def test_exec_applies_then_runs_the_command_with_the_overlay(cookbook, site, tmp
 def test_a_dry_run_writes_nothing_and_a_new_folder_is_made(cookbook, site, tmp_path):
     three_fixes(cookbook)
     overlay = tmp_path / "not" / "yet" / "overlay"
-    r = apply(cookbook, site, overlay, "--dry-run", "--json")
+    r = apply_overlay(cookbook, site, overlay, "--dry-run", "--json")
     assert r.returncode == 0, r.stderr
     assert {f["action"] for f in json.loads(r.stdout)["fixes"]} == {"would-apply"}
     assert not (tmp_path / "not").exists()
-    assert apply(cookbook, site, overlay).returncode == 0 and (overlay / "sitecustomize.py").is_file()
+    assert apply_overlay(cookbook, site, overlay).returncode == 0 and (overlay / "sitecustomize.py").is_file()

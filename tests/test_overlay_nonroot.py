@@ -8,7 +8,8 @@ import os
 import sys
 
 from builders import Site, in_child_as
-from test_hardening_commit import APPLY, NOBODY, as_nobody, needs_root, shared, warm_imports  # noqa: F401
+from nonroot import NOBODY, as_nobody, needs_root, warm_imports
+from runs import APPLY
 
 
 def read_only(site: Site) -> None:
@@ -41,7 +42,7 @@ def import_as_nobody(overlay: str, site: Site) -> tuple[int, str]:
 
 
 @needs_root
-def test_overlay_as_another_user_over_a_root_owned_read_only_site(shared, monkeypatch):  # noqa: F811
+def test_overlay_as_another_user_over_a_root_owned_read_only_site(shared, monkeypatch):
     book, site = shared
     home = site.path.parent / "home-nobody"
     home.mkdir()

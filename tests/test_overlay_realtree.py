@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 from builders import REPO
-from test_realtree import PROFILE, _opt_ins, _run, _tree_hashes, pytestmark, real_site  # noqa: F401
+from realtree import PROFILE, REALTREE, opt_ins_of, run_python, tree_hashes
 
 from fixpack.site.plugin import module_name
 
+pytestmark = REALTREE
 FIND = """
 import importlib.util, json, sys
 import sitecustomize
@@ -30,13 +31,13 @@ print(json.dumps(out))
 """
 
 
-def test_the_pack_as_an_overlay_gives_the_bytes_in_place_apply_writes(real_site: Path, tmp_path: Path):  # noqa: F811
-    pristine = _tree_hashes(real_site)
+def test_the_pack_as_an_overlay_gives_the_bytes_in_place_apply_writes(real_site: Path, tmp_path: Path):
+    pristine = tree_hashes(real_site)
     overlay = tmp_path / "overlay"
     apply_all = str(REPO / "fixes" / "apply_all.py")
-    r = _run(apply_all, "--profile", PROFILE, "--site", str(real_site), *_opt_ins(), "--overlay", str(overlay))
+    r = run_python(apply_all, "--profile", PROFILE, "--site", str(real_site), *opt_ins_of(), "--overlay", str(overlay))
     assert r.returncode == 0, r.stderr
-    assert _tree_hashes(real_site) == pristine  # nothing under the site
+    assert tree_hashes(real_site) == pristine  # nothing under the site
     index = json.loads((overlay / "fixpack_runtime_check" / "index.json").read_text())
     modules = {module_name(e["path"]): e["path"] for e in index["files"]}
     assert any(m.startswith("vllm_gaudi.") for m in modules) and any(m.startswith("vllm.") for m in modules)
@@ -52,25 +53,27 @@ def test_the_pack_as_an_overlay_gives_the_bytes_in_place_apply_writes(real_site:
         assert origins[name] == str(overlay / ".fixpack" / "modules" / path), name
         served[path] = Path(origins[name]).read_bytes()
     # The same plan in place writes the same bytes.
-    assert _run(apply_all, "--profile", PROFILE, "--site", str(real_site), *_opt_ins()).returncode == 0
+    assert run_python(apply_all, "--profile", PROFILE, "--site", str(real_site), *opt_ins_of()).returncode == 0
     try:
         for path, content in served.items():
             assert (real_site / path).read_bytes() == content, path
     finally:
-        assert _run("-m", "fixpack", "revert", "--site", str(real_site)).returncode == 0
-    assert _tree_hashes(real_site) == pristine
+        assert run_python("-m", "fixpack", "revert", "--site", str(real_site)).returncode == 0
+    assert tree_hashes(real_site) == pristine
 
 
 @pytest.mark.parametrize("flag", ["--dry-run"])
-def test_status_of_the_real_overlay(real_site: Path, tmp_path: Path, flag: str):  # noqa: F811
+def test_status_of_the_real_overlay(real_site: Path, tmp_path: Path, flag: str):
     overlay = tmp_path / "overlay"
     apply_all = str(REPO / "fixes" / "apply_all.py")
-    dry = _run(apply_all, "--profile", PROFILE, "--site", str(real_site), "--overlay", str(overlay), flag)
+    dry = run_python(apply_all, "--profile", PROFILE, "--site", str(real_site), "--overlay", str(overlay), flag)
     assert dry.returncode == 0, dry.stderr
     assert not overlay.exists()
-    assert _run(apply_all, "--profile", PROFILE, "--site", str(real_site), "--overlay", str(overlay)).returncode == 0
-    st = _run("-m", "fixpack", "status", "--site", str(real_site), "--overlay", str(overlay), "--json")
+    assert (
+        run_python(apply_all, "--profile", PROFILE, "--site", str(real_site), "--overlay", str(overlay)).returncode == 0
+    )
+    st = run_python("-m", "fixpack", "status", "--site", str(real_site), "--overlay", str(overlay), "--json")
     states = {f["id"]: f["state"] for f in json.loads(st.stdout)["fixes"]}
     assert set(states.values()) == {"applied"}, states
-    assert _run("-m", "fixpack", "revert", "--site", str(real_site), "--overlay", str(overlay)).returncode == 0
+    assert run_python("-m", "fixpack", "revert", "--site", str(real_site), "--overlay", str(overlay)).returncode == 0
     assert not overlay.exists()

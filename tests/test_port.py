@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import textwrap
-from pathlib import Path
 
 import pytest
 from builders import BATCH, PRISTINE, RUNNER, SAMPLER, make_site
+from trees import port_args, write_tree
 
 from fixpack.cookbook.catalog import Catalog
 from fixpack.transforms import load_transforms, render_transforms
@@ -28,16 +28,6 @@ NEW_TREE = {
         "vllm_gaudi/batch.py": BATCH_FIXED,
     },
 }
-
-
-def write_tree(root: Path, files: dict[str, dict[str, str]]) -> dict[str, Path]:
-    out = {}
-    for dist, dist_files in files.items():
-        for rel, text in dist_files.items():
-            (root / dist / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / dist / rel).write_text(text)
-        out[dist] = root / dist
-    return out
 
 
 def cst_fix(cookbook, fix_id: str, body: str) -> None:
@@ -83,10 +73,6 @@ def pack(cookbook):
     cookbook.profile(["sampler-fix", "runner-fix", "batch-fix", "executor-fix", "runner-late", "runner-cst"])
     cookbook.lock()
     return cookbook
-
-
-def port_args(sources: dict[str, Path]) -> list[str]:
-    return [a for dist, root in sources.items() for a in ("--source", f"{dist}={root}")]
 
 
 def test_port_reports_each_outcome(cli, pack, tmp_path):

@@ -5,11 +5,10 @@ that fails, a three-way merge for a change whose context moved, and a draft prof
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from builders import RUNNER, render
-from test_port import port_args, write_tree
+from trees import git, git_tree, port_args, write_tree
 
 from fixpack.cookbook.catalog import Catalog
 
@@ -19,41 +18,9 @@ REPLACED = RUNNER.replace("def f3():\n    return 3\n", "def f3():\n    return 30
 NEW_RUNNER = "def g0():\n    return 0\n\n\n" + RUNNER
 
 
-def _git(repo: Path, *args: str) -> str:
-    out = subprocess.run(
-        ["git", "-C", str(repo), *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={
-            "GIT_AUTHOR_NAME": "t",
-            "GIT_AUTHOR_EMAIL": "t@t",
-            "GIT_COMMITTER_NAME": "t",
-            "GIT_COMMITTER_EMAIL": "t@t",
-            "PATH": "/usr/bin:/bin",
-        },
-    )
-    return out.stdout.strip()
-
-
 def _supersedes(cookbook, fix_id: str, old: str) -> None:
     toml = cookbook.root / "fixes" / fix_id / "fix.toml"
     toml.write_text(toml.read_text().replace("opt_in = ", f'supersedes = ["{old}"]\nopt_in = ', 1))
-
-
-def _git_tree(root: Path, files: dict[str, str], *later: dict[str, str], tag: str = "") -> Path:
-    """A vllm-gaudi git tree: ``files`` committed (the old release's pin commit is that commit's id
-    only if the caller pins it), then each of ``later`` committed on top; HEAD tagged ``tag``."""
-    tree = write_tree(root, {"vllm-gaudi": files})["vllm-gaudi"]
-    _git(tree, "init", "-q", "-b", "main")
-    _git(tree, "add", "-A")
-    _git(tree, "commit", "-qm", "old")
-    for files_now in later:
-        write_tree(root, {"vllm-gaudi": files_now})
-        _git(tree, "commit", "-qam", "new")
-    if tag:
-        _git(tree, "tag", tag)
-    return tree
 
 
 def test_a_superseded_fix_is_ported_in_its_own_order_and_lock_agrees(cli, cookbook, tmp_path):
@@ -97,7 +64,7 @@ def test_a_fix_s_own_port_of_the_target_is_used_and_the_target_is_named(cli, coo
         fh.write('\n[release."v0.27.0"]\npatch = "v0.27.0.patch"\n')
     cookbook.profile(["moved"])
     cookbook.lock()
-    tree = _git_tree(tmp_path / "new", {"vllm_gaudi/__init__.py": "", "vllm_gaudi/runner.py": renamed}, tag="v0.27.0")
+    tree = git_tree(tmp_path / "new", {"vllm_gaudi/__init__.py": "", "vllm_gaudi/runner.py": renamed}, tag="v0.27.0")
     r = cli(
         "port", "--profile", "v0.26.0", "--from", "v0.26.0", "--source", f"vllm-gaudi={tree}", "--json", "--no-proofs"
     )
@@ -111,9 +78,9 @@ def test_the_target_of_an_untagged_tree_is_branch_and_commit(cli, cookbook, tmp_
     cookbook.fix("f", {"vllm_gaudi/runner.py": (RUNNER, REPLACED)})
     cookbook.profile(["f"])
     cookbook.lock()
-    tree = _git_tree(tmp_path / "new", {"vllm_gaudi/__init__.py": "", "vllm_gaudi/runner.py": NEW_RUNNER})
+    tree = git_tree(tmp_path / "new", {"vllm_gaudi/__init__.py": "", "vllm_gaudi/runner.py": NEW_RUNNER})
     r = cli("port", "f", "--from", "v0.26.0", "--source", f"vllm-gaudi={tree}", "--json", "--no-proofs")
-    assert json.loads(r.stdout)["to"] == "main-" + _git(tree, "rev-parse", "--short=8", "HEAD")
+    assert json.loads(r.stdout)["to"] == "main-" + git(tree, "rev-parse", "--short=8", "HEAD")
 
 
 IMPORTING_PROOF = """
@@ -148,12 +115,12 @@ def test_a_proof_that_cannot_import_is_cannot_run_not_failed(cli, cookbook, tmp_
 def _merge_pack(cookbook, tmp_path, new_runner: str) -> Path:
     """A fix of f3 on v0.26.0, pinned to the tree's first commit; the tree's HEAD has ``new_runner``."""
     cookbook.fix("f", {"vllm_gaudi/runner.py": (RUNNER, REPLACED)})
-    tree = _git_tree(
+    tree = git_tree(
         tmp_path / "new",
         {"vllm_gaudi/__init__.py": "", "vllm_gaudi/runner.py": RUNNER},
         {"vllm_gaudi/runner.py": new_runner},
     )
-    old = _git(tree, "rev-parse", "HEAD~1")
+    old = git(tree, "rev-parse", "HEAD~1")
     cookbook.profile(["f"], commits={"vllm-gaudi": [old], "vllm": ["568afb3a"]})
     cookbook.lock()
     return tree

@@ -6,31 +6,11 @@ from __future__ import annotations
 import json
 
 from builders import BATCH, RUNNER, SAMPLER
-from test_port import port_args, write_tree
-from test_verify_and_diff import DOUBLING_PROOF
+from cookbooks import DOUBLING_PROOF, F5_PROOF, SWAP_PROOF
+from trees import port_args, write_tree
 
 from fixpack.cookbook.catalog import Catalog
 
-F5_PROOF = """
-from fixpack.proofkit import load_function
-
-
-def check(trees) -> None:
-    f5 = load_function(trees.vllm_gaudi / "vllm_gaudi/runner.py", "f5")
-    assert f5() == 55, f"f5() returned {f5()}"
-"""
-SWAP_PROOF = """
-from types import SimpleNamespace
-
-from fixpack.proofkit import load_function
-
-
-def check(trees) -> None:
-    swap = load_function(trees.vllm_gaudi / "vllm_gaudi/batch.py", "Batch.swap")
-    batch = SimpleNamespace(rows=[1, 2], swaps=0)
-    swap(batch, 0, 1)
-    assert batch.swaps == 1, "swap() does not count its swaps"
-"""
 COUNTED = BATCH + "        self.swaps += 1\n"
 # The new release: sample() doubles in its own way, five functions more at the top of runner.py,
 # Batch.swap renamed; vLLM's tree is still the old release's pin.

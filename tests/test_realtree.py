@@ -7,54 +7,21 @@ stored here: the trees are read from those folders and copied to temporary ones.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from builders import GAUDI_COMMIT, REPO, write_dist
+from realtree import PROFILE, REALTREE, SRC_GAUDI, SRC_VLLM, opt_ins_of, package_files, run_python, tree_hashes
 
 from fixpack.cookbook.catalog import Catalog
 from fixpack.core.plan import resolve
 
-SRC_GAUDI = os.environ.get("FIXPACK_SRC_VLLM_GAUDI")
-SRC_VLLM = os.environ.get("FIXPACK_SRC_VLLM")
-pytestmark = [
-    pytest.mark.realtree,
-    pytest.mark.skipif(
-        not (SRC_GAUDI and SRC_VLLM), reason="FIXPACK_SRC_VLLM_GAUDI and FIXPACK_SRC_VLLM are not set (real trees)"
-    ),
-]
-PROFILE = "v0.26.0"
+pytestmark = REALTREE
 VLLM_PROFILE = "vllm-0.26.0"  # vLLM's own builds: vLLM alone
-
-
-def _opt_ins(profile: str = PROFILE) -> list[str]:
-    return list(Catalog.load(REPO).profile(profile).opt_ins)
-
-
-def _package_files(root: Path, package: str) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted((root / package).rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts
-    }
-
-
-@pytest.fixture(scope="module")
-def real_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A site laid out as pip leaves it: dist-info with RECORD, and _version.py with the commit."""
-    site = tmp_path_factory.mktemp("real") / "site"
-    gaudi = _package_files(Path(SRC_GAUDI), "vllm_gaudi")  # type: ignore[arg-type]
-    gaudi.pop("vllm_gaudi/_version.py", None)
-    write_dist(site, "vllm-gaudi", "0.26.0", gaudi, commit=GAUDI_COMMIT)
-    vllm = _package_files(Path(SRC_VLLM), "vllm")  # type: ignore[arg-type]
-    write_dist(site, "vllm", "0.26.0", vllm)  # the wheel's own _version.py says gffd46bfab
-    return site
 
 
 @pytest.fixture(scope="module")
@@ -62,55 +29,41 @@ def real_vllm_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """vLLM alone, relabelled as vLLM names its CPU wheels (0.26.0+cpu), with a build commit no
     profile lists: the profile for vLLM's own builds takes any build whose files hold."""
     site = tmp_path_factory.mktemp("real-vllm") / "site"
-    vllm = _package_files(Path(SRC_VLLM), "vllm")  # type: ignore[arg-type]
+    vllm = package_files(Path(SRC_VLLM), "vllm")  # type: ignore[arg-type]
     vllm["vllm/_version.py"] = b"__version__ = version = '0.26.0'\n__commit_id__ = commit_id = 'g1234567ab'\n"
     write_dist(site, "vllm", "0.26.0+cpu", vllm)
     return site
 
 
-def _tree_hashes(site: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(site)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(site.rglob("*.py"))
-        if "__pycache__" not in p.parts
-    }
-
-
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    env.pop("FIXPACK_COOKBOOK", None)
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=600)
-
-
 @pytest.mark.parametrize("profile", [PROFILE, VLLM_PROFILE])
 def test_profile_applies_is_idempotent_and_reverts_exactly(profile: str, request: pytest.FixtureRequest):
     real_site = request.getfixturevalue("real_site" if profile == PROFILE else "real_vllm_site")
-    pristine = _tree_hashes(real_site)
+    pristine = tree_hashes(real_site)
     apply_all = str(REPO / "fixes" / "apply_all.py")
-    first = _run(apply_all, "--profile", profile, "--site", str(real_site), *_opt_ins(profile))
+    first = run_python(apply_all, "--profile", profile, "--site", str(real_site), *opt_ins_of(profile))
     assert first.returncode == 0, first.stderr
-    patched = _tree_hashes(real_site)
+    patched = tree_hashes(real_site)
     changed = sorted(p for p in patched if patched[p] != pristine.get(p))
     assert changed, "nothing was patched"
     mtimes = {p: (real_site / p).stat().st_mtime_ns for p in changed}
-    again = _run(apply_all, "--profile", profile, "--site", str(real_site), *_opt_ins(profile), "--json")
+    again = run_python(apply_all, "--profile", profile, "--site", str(real_site), *opt_ins_of(profile), "--json")
     assert again.returncode == 0, again.stderr
     assert {f["action"] for f in json.loads(again.stdout)["fixes"]} == {"already-applied"}
     assert {p: (real_site / p).stat().st_mtime_ns for p in changed} == mtimes
-    status = _run("-m", "fixpack", "status", "--site", str(real_site), "--json")
+    status = run_python("-m", "fixpack", "status", "--site", str(real_site), "--json")
     states = {f["id"]: f["state"] for f in json.loads(status.stdout)["fixes"]}
     catalog = Catalog.load(REPO)
-    planned = resolve(catalog.fixes, catalog.profile(profile), tuple(_opt_ins(profile))).fix_ids  # opt-ins supersede
+    planned = resolve(catalog.fixes, catalog.profile(profile), tuple(opt_ins_of(profile))).fix_ids  # opt-ins supersede
     assert set(states.values()) == {"applied"} and set(states) == set(planned)
-    reverted = _run("-m", "fixpack", "revert", "--site", str(real_site))
+    reverted = run_python("-m", "fixpack", "revert", "--site", str(real_site))
     assert reverted.returncode == 0, reverted.stderr
-    assert _tree_hashes(real_site) == pristine
+    assert tree_hashes(real_site) == pristine
 
 
 def _verify(*extra: str) -> dict:
     """``fixpack verify`` of every profile on the real trees, which must pass; its JSON (each fix's
     proof once, in the first profile that has it)."""
-    r = _run(
+    r = run_python(
         "-m", "fixpack", "verify", "--json", *extra,
         f"--source=vllm-gaudi={SRC_GAUDI}", f"--source=vllm={SRC_VLLM}",
     )  # fmt: skip
@@ -165,7 +118,9 @@ def _clean_checkout(src: Path, package: str, dest: Path, commit: str | None) -> 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_mbox_series_applies_with_git_am_and_matches_apply(real_site: Path, tmp_path: Path):
     assert (
-        _run(str(REPO / "fixes/apply_all.py"), "--profile", PROFILE, "--site", str(real_site), *_opt_ins()).returncode
+        run_python(
+            str(REPO / "fixes/apply_all.py"), "--profile", PROFILE, "--site", str(real_site), *opt_ins_of()
+        ).returncode
         == 0
     )
     try:
@@ -173,7 +128,9 @@ def test_mbox_series_applies_with_git_am_and_matches_apply(real_site: Path, tmp_
             ("vllm-gaudi", SRC_GAUDI, "vllm_gaudi", GAUDI_COMMIT),
             ("vllm", SRC_VLLM, "vllm", None),
         ):
-            mbox = _run("-m", "fixpack", "diff", "--profile", PROFILE, *_opt_ins(), "--format", "mbox", "--dist", dist)
+            mbox = run_python(
+                "-m", "fixpack", "diff", "--profile", PROFILE, *opt_ins_of(), "--format", "mbox", "--dist", dist
+            )
             assert mbox.returncode == 0, mbox.stderr
             (tmp_path / f"{dist}.mbox").write_text(mbox.stdout)
             repo = _clean_checkout(Path(src), package, tmp_path / dist, commit)  # type: ignore[arg-type]
@@ -182,4 +139,4 @@ def test_mbox_series_applies_with_git_am_and_matches_apply(real_site: Path, tmp_
             for path in patched.split():
                 assert (repo / path).read_bytes() == (real_site / path).read_bytes(), path
     finally:
-        _run("-m", "fixpack", "revert", "--site", str(real_site))
+        run_python("-m", "fixpack", "revert", "--site", str(real_site))

@@ -14,46 +14,14 @@ import subprocess
 import sys
 
 import pytest
-from builders import REPO
-from test_overlay import py
-from test_runtime import LOAD
-from test_transaction import three_fixes
-
-from fixpack.cookbook.recipes import load_recipes
-
-SCRIPT = REPO / "fixes" / "apply_all.py"
-SLUG = "qwen3.5-122b-a10b-fp8-gaudi2"
-NO_GDN = "qwen3.5-122b-a10b-fp8-gaudi2-no-gdn"
-SHIPPED = REPO / "recipes" / "Qwen" / "Qwen3.5-122B-A10B-FP8" / "recipe.yaml"
-RECIPE = load_recipes(REPO)[SLUG]
-RULES = {r["id"]: r["message"].strip() for r in RECIPE.rules}
-OPT_INS = "opt_ins: [gdn-prefix-cache, fp8-moe-gather]"
-
-# Records how it was started, as vllm: its arguments and its environment.
-STAND_IN = """#!{python}
-import json, os, sys
-with open({record!r}, "w") as fh:
-    json.dump({{"argv": sys.argv[1:], "env": dict(os.environ)}}, fh)
-"""
+from builders import REPO, Cookbook
+from runs import LOAD, SCRIPT, py
+from shipped_recipe import NO_GDN, RECIPE, RULES, SLUG, STAND_IN, with_recipe
 
 
 @pytest.fixture
-def book(cookbook):
-    """The engine tests' cookbook, with an opt-in named gdn-prefix-cache, the shipped recipe (its
-    rules, environment and serve arguments as the page's) over it, and a copy without the opt-in."""
-    three_fixes(cookbook)
-    cookbook.fix("gdn-prefix-cache", {"vllm_gaudi/gdn.py": (None, "GDN = 1\n")}, opt_in=True)
-    cookbook.profile(["one", "two", "three", "gdn-prefix-cache"], opt_ins=["gdn-prefix-cache"])
-    cookbook.lock()
-    text = SHIPPED.read_text()
-    assert OPT_INS in text
-    folder = cookbook.root / "recipes" / "Qwen" / "Qwen3.5-122B-A10B-FP8"
-    folder.mkdir(parents=True)
-    (folder / "recipe.yaml").write_text(text.replace(OPT_INS, "opt_ins: [gdn-prefix-cache]"))
-    (folder / "no-gdn.yaml").write_text(
-        text.replace(OPT_INS, "opt_ins: []").replace(f"slug: {SLUG}\n", f"slug: {NO_GDN}\n")
-    )
-    return cookbook
+def book(cookbook: Cookbook) -> Cookbook:
+    return with_recipe(cookbook)
 
 
 @pytest.fixture

@@ -16,16 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_realtree import _tree_hashes, real_site  # noqa: F401 (a fixture: the real trees as pip installs them)
-from test_recipe_launch import RECIPE, RULES, SCRIPT, SLUG, STAND_IN
+from realtree import REALTREE, tree_hashes
+from runs import SCRIPT
+from shipped_recipe import RECIPE, RULES, SLUG, STAND_IN
 
-pytestmark = [
-    pytest.mark.realtree,
-    pytest.mark.skipif(
-        not (os.environ.get("FIXPACK_SRC_VLLM_GAUDI") and os.environ.get("FIXPACK_SRC_VLLM")),
-        reason="FIXPACK_SRC_VLLM_GAUDI and FIXPACK_SRC_VLLM are not set (real trees)",
-    ),
-]
+pytestmark = REALTREE
 LINE = f'recipe {SLUG}, rule no-lazy-mode: "{RULES["no-lazy-mode"]}"'
 
 
@@ -34,28 +29,28 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, **RECIPE.env_dict(), **extra}
 
 
-def test_the_entry_point_refuses_lazy_mode_then_launches_the_recipe(real_site: Path, tmp_path: Path):  # noqa: F811
+def test_the_entry_point_refuses_lazy_mode_then_launches_the_recipe(real_site: Path, tmp_path: Path):
     record = tmp_path / "started.json"
     (tmp_path / "vllm").write_text(STAND_IN.format(python=sys.executable, record=str(record)))
     (tmp_path / "vllm").chmod(0o755)
     path = f"{tmp_path}{os.pathsep}{os.environ['PATH']}"
     cmd = [sys.executable, str(SCRIPT), "--recipe", SLUG, "--site", str(real_site), "--exec", "vllm", "serve"]
-    before = _tree_hashes(real_site)
+    before = tree_hashes(real_site)
     lazy = subprocess.run(
         [*cmd, *RECIPE.argv], capture_output=True, text=True, env=_env(PATH=path, PT_HPU_LAZY_MODE="1")
     )
     assert lazy.returncode == 1 and lazy.stderr.splitlines() == [
         f"fixpack: error: {LINE}; nothing was applied, nothing launched"
     ]
-    assert _tree_hashes(real_site) == before and not (real_site / ".fixpack").exists() and not record.exists()
+    assert tree_hashes(real_site) == before and not (real_site / ".fixpack").exists() and not record.exists()
     r = subprocess.run([*cmd, *RECIPE.argv], capture_output=True, text=True, env=_env(PATH=path))
     assert r.returncode == 0, r.stderr
     assert json.loads(record.read_text())["argv"] == ["serve", *RECIPE.argv]
-    assert _tree_hashes(real_site) != before
+    assert tree_hashes(real_site) != before
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="vLLM's dependencies are not installed")
-def test_vllms_plugin_loader_refuses_lazy_mode_in_a_process_started_by_hand(real_site: Path):  # noqa: F811
+def test_vllms_plugin_loader_refuses_lazy_mode_in_a_process_started_by_hand(real_site: Path):
     applied = subprocess.run(
         [sys.executable, str(SCRIPT), "--recipe", SLUG, "--site", str(real_site)], capture_output=True, text=True,
         env=_env(),

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 from builders import PRISTINE, REPO, RUNNER, has_commit, run_cli
-from test_upstream_status import commit, git
+from trees import commit, git
 
 from fixpack.cookbook.catalog import Catalog
 from fixpack.core import patch

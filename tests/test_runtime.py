@@ -11,26 +11,8 @@ import re
 import sys
 
 from builders import RUNNER, run_cli
-from test_overlay import apply, py
-from test_transaction import three_fixes
-
-# As vllm.plugins.load_plugins_by_group: entry points of the group, each loaded, then each called;
-# vLLM's own logger ("vllm", INFO, a handler, no propagation) prints the line.
-LOAD = """
-import logging, sys, time
-from importlib.metadata import entry_points
-log = logging.getLogger("vllm")
-log.setLevel(logging.INFO)
-handler = logging.StreamHandler(sys.stdout)
-handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
-log.addHandler(handler)
-log.propagate = False
-plugins = {p.name: p.load() for p in entry_points(group="vllm.general_plugins")}
-print("plugins", sorted(plugins))
-for func in plugins.values():
-    func()
-print("vllm imported:", "vllm" in sys.modules)
-"""
+from cookbooks import three_fixes
+from runs import LOAD, apply_overlay, py
 
 
 def test_in_place_the_check_is_its_own_distribution_and_logs_one_line(cookbook, site, cli):
@@ -113,7 +95,7 @@ def test_an_applied_image_without_the_check_gets_it(cookbook, site, cli):
 def test_overlay_the_check_needs_the_hook_and_the_originals_it_was_built_from(cookbook, site, tmp_path):
     three_fixes(cookbook)
     overlay = tmp_path / "overlay"
-    assert apply(cookbook, site, overlay).returncode == 0
+    assert apply_overlay(cookbook, site, overlay).returncode == 0
     out = py(LOAD, overlay, site.path)
     assert out.returncode == 0, out.stderr
     line = r"fixpack: profile v0\.26\.0, fix set ([0-9a-f]{16}), 3 fixes \(one, two, three\), "

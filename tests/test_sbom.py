@@ -17,9 +17,7 @@ from pathlib import Path
 
 import pytest
 from builders import BATCH, REPO, RUNNER, SAMPLER
-from test_fastpath import apply_all, took_fast_path
-from test_overlay import py
-from test_runtime import LOAD
+from runs import LOAD, apply_all, py, took_fast_path
 
 from fixpack.commands.provenance.facts import BACKPORT, CHERRY_PICK, UNOFFICIAL, issues, patch_type, url
 from fixpack.models import Fix, Proof, Upstream
@@ -515,18 +513,18 @@ def test_without_the_library_the_command_says_how_to_install_it(applied, cookboo
 )
 def test_the_real_pack_with_both_opt_ins(tmp_path, cli, monkeypatch):
     from builders import GAUDI_COMMIT, write_dist
-    from test_realtree import PROFILE, _opt_ins, _package_files
+    from realtree import PROFILE, opt_ins_of, package_files
 
     from fixpack.cookbook.catalog import Catalog
     from fixpack.core.plan import resolve
 
     monkeypatch.delenv("FIXPACK_COOKBOOK", raising=False)
     site = tmp_path / "site"
-    gaudi = _package_files(Path(os.environ["FIXPACK_SRC_VLLM_GAUDI"]), "vllm_gaudi")
+    gaudi = package_files(Path(os.environ["FIXPACK_SRC_VLLM_GAUDI"]), "vllm_gaudi")
     gaudi.pop("vllm_gaudi/_version.py", None)
     write_dist(site, "vllm-gaudi", "0.26.0", gaudi, commit=GAUDI_COMMIT)
-    write_dist(site, "vllm", "0.26.0", _package_files(Path(os.environ["FIXPACK_SRC_VLLM"]), "vllm"))
-    opt_ins = _opt_ins()
+    write_dist(site, "vllm", "0.26.0", package_files(Path(os.environ["FIXPACK_SRC_VLLM"]), "vllm"))
+    opt_ins = opt_ins_of()
     assert cli("apply", "--profile", PROFILE, "--site", str(site), *opt_ins).exit_code == 0
     text = sbom(cli, site)
     assert sbom(cli, site) == text

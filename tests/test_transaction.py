@@ -15,29 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-from builders import BATCH, REPO, RUNNER, SAMPLER, Site, make_site, run_cli
+from builders import BATCH, REPO, SAMPLER, Site, make_site, run_cli
+from cookbooks import targets, three_fixes
 
 from fixpack.commands.install import apply as operations
 from fixpack.cookbook.catalog import Catalog
 from fixpack.errors import EnvironmentProblem
-
-
-def three_fixes(cookbook) -> None:
-    first = RUNNER.replace("return 2\n", "return 20\n")
-    cookbook.fix(
-        "one", {"vllm_gaudi/runner.py": (RUNNER, first), "vllm/sampler.py": (SAMPLER, SAMPLER.replace("x\n", "-x\n"))}
-    )
-    cookbook.fix("two", {"vllm_gaudi/runner.py": (first, first.replace("return 7\n", "return 70\n"))})
-    cookbook.fix(
-        "three", {"vllm_gaudi/new_module.py": (None, "VALUE = 3\n"), "vllm_gaudi/batch.py": (BATCH, BATCH + "# 3\n")}
-    )
-    cookbook.profile(["one", "two", "three"])
-    cookbook.lock()
-
-
-def targets(site) -> dict[str, bytes | None]:
-    paths = ["vllm_gaudi/runner.py", "vllm/sampler.py", "vllm_gaudi/new_module.py", "vllm_gaudi/batch.py"]
-    return {p: site.read(p) if site.file(p).exists() else None for p in paths}
 
 
 def test_crash_after_every_write_point_leaves_before_or_after(cookbook, tmp_path):

@@ -7,30 +7,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 from builders import BATCH, PRISTINE, RUNNER, SAMPLER, VLLM_COMMIT
-from test_port_proofs import F5_PROOF, SWAP_PROOF
-from test_verify_and_diff import DOUBLING_PROOF
+from cookbooks import DOUBLING_PROOF, F5_PROOF, SWAP_PROOF
+from trees import commit, git
 
 F9_PROOF = F5_PROOF.replace("f5", "f9").replace("55", "99")
 F20_PROOF = F5_PROOF.replace("f5", "f20").replace("55", "2020")
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
-
-def commit(repo: Path, files: dict[str, str], message: str) -> str:
-    for rel, text in files.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 def set_pin(cookbook, gaudi: str, *more: str) -> None:

@@ -10,22 +10,11 @@ from pathlib import Path
 
 import pytest
 from builders import BATCH, GAUDI_COMMIT, RUNNER, SAMPLER, make_site
+from cookbooks import DOUBLING_PROOF
+from trees import sources_args
 
-# A proof that runs the tree's real code: sample() must double its input once the fix is in.
-DOUBLING_PROOF = """
-from fixpack.proofkit import load_function
-
-
-def check(trees) -> None:
-    sample = load_function(trees.vllm / "vllm/sampler.py", "sample")
-    assert sample(2) == 4, f"sample(2) returned {sample(2)}"
-"""
 ALWAYS_PASSES = "def check(trees) -> None:\n    pass\n"
 BROKEN_PROOF = "def check(trees) -> None:\n    raise RuntimeError('proof is broken')\n"
-
-
-def sources_args(cookbook) -> list[str]:
-    return [f"--source={dist}={root}" for dist, root in cookbook.sources.items()]
 
 
 def good_pack(cookbook) -> None:

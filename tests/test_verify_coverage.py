@@ -7,7 +7,7 @@ import importlib.util
 import json
 
 from builders import RUNNER
-from test_verify_and_diff import sources_args
+from trees import sources_args
 
 # f5 must return 55; the proof never passes flag=True, so the branch's two lines never run.
 PARTIAL = RUNNER.replace(
