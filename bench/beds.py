@@ -193,7 +193,7 @@ def real_cookbook(root: Path, site: Path, trees: dict[str, Path], tools: Tools, 
 
 def _load_problem(root: Path, trees: dict[str, Path]) -> tuple[str, str] | None:
     """The fix that keeps the catalog from loading (transforms rendered first, as lock does)."""
-    from fixpack.commands.maintain.lock import render_cst
+    from fixpack.commands.maintain.authoring.lock import render_cst
     from fixpack.cookbook.catalog import Catalog
     from fixpack.cookbook.profiles import load_profile
     from fixpack.errors import FixpackError

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from fixpack.commands.maintain.lock import fingerprints, write  # noqa: E402
+from fixpack.commands.maintain.authoring.lock import fingerprints, write  # noqa: E402
 from fixpack.cookbook.catalog import Catalog  # noqa: E402
 from fixpack.core.patch import render  # noqa: E402
 

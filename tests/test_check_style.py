@@ -131,7 +131,7 @@ def test_check_style_needs_a_tree_with_upstreams_hooks(cli, styled):
 def test_ruff_check_is_ruffs_lint_hook_under_its_new_id(tmp_path):
     """ruff-pre-commit 0.12 renamed its lint hook ``ruff-check`` (vLLM's config names it so); the
     formatter's hook is not a check of the lint kind and is left out."""
-    from fixpack.commands.maintain.style import hooks
+    from fixpack.commands.maintain.proving.style import hooks
 
     (tmp_path / ".pre-commit-config.yaml").write_text(
         "repos:\n- repo: https://github.com/astral-sh/ruff-pre-commit\n  rev: v0.14.0\n  hooks:\n"

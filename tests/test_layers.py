@@ -22,8 +22,9 @@ ALLOWED = {
     "fixpack.cookbook": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.runtime.rules"},
     "fixpack.site": {"fixpack.core", "fixpack.models", "fixpack.errors"},
     # commands/ in three wings, one per audience: install (what a container start and an operator
-    # run on a site) is the base the other two may build on; maintain (a maintainer's: verify,
-    # port, lock, record, diff, build-site) and recipes never import each other.
+    # run on a site) is the base the other two may build on; maintain (a maintainer's, by job:
+    # authoring, proving, porting, upstream, over history, trees and build-site) and recipes never
+    # import each other.
     "fixpack.commands.install": {
         "fixpack.core",
         "fixpack.models",
@@ -174,3 +175,14 @@ def test_no_import_cycle():
 def test_no_module_is_longer_than_about_400_lines():
     long = {_module_name(p): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 420}
     assert not long, long
+
+
+def test_git_runs_in_one_module():
+    # a command line that starts with "git": only the maintain wing's history module builds one
+    runs = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.List) and node.elts and isinstance(first := node.elts[0], ast.Constant):
+                if first.value == "git":
+                    runs.add(_module_name(path))
+    assert runs == {"fixpack.commands.maintain.history"}

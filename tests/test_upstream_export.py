@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from builders import GAUDI_COMMIT, REPO, RUNNER, SAMPLER
 
-from fixpack.commands.maintain.diff import absolute_figures, wrap
+from fixpack.commands.maintain.upstream.diff import absolute_figures, wrap
 from fixpack.cookbook import tomlfile
 from fixpack.cookbook.catalog import Catalog
 from fixpack.models import SUBJECT_MAX

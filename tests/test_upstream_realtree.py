@@ -97,7 +97,7 @@ def test_the_packs_recorded_upstream_fields_agree_with_the_pinned_clone():
     v0.24.0rc0) in v0.26.0's history; origin (fp8-moe-gather's PR #1731, structured-output-rows'
     #1466) not in it, where the clone has the PR refs (refs/pull/*: a plain clone has not)."""
     from fixpack.commands.maintain.history import Repo
-    from fixpack.commands.maintain.upstream import recorded_contradictions
+    from fixpack.commands.maintain.upstream.status import recorded_contradictions
 
     gaudi = os.environ.get("FIXPACK_SRC_VLLM_GAUDI")
     if not gaudi or Repo.of(Path(gaudi)) is None:

@@ -13,7 +13,7 @@ def style_check(
     fixes: tuple[str, ...], profile: str | None, dist: str | None, sources: dict[str, Path], as_json: bool
 ) -> int:
     """``diff --check-style``: the report of each fix, exit 1 when one fails."""
-    from ..commands.maintain.style import check_style
+    from ..commands.maintain.proving.style import check_style
 
     report = check_style(catalog(), fixes, profile, dist, sources)
     if as_json:

@@ -109,8 +109,8 @@ def verify(
     The --source trees are copied to a scratch folder and never touched. Exits 1 listing every failure
     (with --mutants, every surviving mutant not recorded as harmless).
     """
-    from ..commands.maintain.verify import junit as junit_xml
-    from ..commands.maintain.verify import verify_profiles
+    from ..commands.maintain.proving.verify import junit as junit_xml
+    from ..commands.maintain.proving.verify import verify_profiles
 
     book = catalog()
     chosen = [book.profile(p) for p in profiles] if profiles else book.usable
@@ -195,8 +195,8 @@ def lock(profile: str | None, sources: tuple[str, ...]) -> int:
 
     Refuses, naming the hunk, when a change no longer applies.
     """
-    from ..commands.maintain.lock import lock as run
-    from ..commands.maintain.lock import lockable
+    from ..commands.maintain.authoring.lock import lock as run
+    from ..commands.maintain.authoring.lock import lockable
     from ..cookbook import default_root
 
     root = default_root()
@@ -306,12 +306,12 @@ def record(
     pristine bytes come from --source or the editable install's git HEAD. What fixpack applied
     itself is left out: the new fix holds only the edits on top.
     """
-    from ..commands.maintain.record import record as run
+    from ..commands.maintain.authoring.record import record as run
 
     book = catalog()
     roots = parse_sources(sources)
     if from_commit:  # issue 41: a fix from an upstream commit
-        from ..commands.maintain.from_commit import record_commit
+        from ..commands.maintain.authoring.from_commit import record_commit
 
         done = record_commit(book, fix_id, book.default_profile(profile, roots).name, *from_commit, roots)
     else:
@@ -379,7 +379,7 @@ def port(
     needed) and with the ported changes applied (passing: the ported fix is proven). Give
     --source vllm=DIR too: the proofs run vLLM's code. Exits 0 once the report is made, conflicts or not.
     """
-    from ..commands.maintain.port import port as run
+    from ..commands.maintain.porting.port import port as run
 
     if not fixes and not profile:
         raise UsageError("give FIX ... or --profile NAME")

@@ -70,7 +70,7 @@ def diff(
 ) -> int:
     """Fixes as patches for upstream: a unified diff, an mbox that git am takes at the pinned commit
     (the cookbook's facts below each message's --- line), or the title and body of each fix's PR."""
-    from ..commands.maintain.diff import export
+    from ..commands.maintain.upstream.diff import export
 
     if check_style:  # issue 41: upstream's style checks on each patched tree
         from .check_style import style_check
@@ -114,7 +114,7 @@ def upstream(fixes: tuple[str, ...], profile: str | None, sources: tuple[str, ..
 
     The trees are copied to a scratch folder and never written. Exits 0 once the report is made.
     """
-    from ..commands.maintain.upstream import upstream as run
+    from ..commands.maintain.upstream.status import upstream as run
 
     _proofs_can_run()
     report = run(catalog(), fixes, profile, parse_sources(sources), jobs)

@@ -40,7 +40,7 @@ from ...site.overlay import HOOK, Overlay
 from ...site.state import read_file
 from ..install.pipeline import holds_plan
 from ..install.status import all_pins, status
-from ..maintain.diff import messages
+from ..maintain.upstream.diff import messages
 
 __all__ = [
     "BACKPORT", "CHERRY_PICK", "UNOFFICIAL", "REPOSITORIES", "Issue", "AppliedPatch", "PatchedDist", "RuntimeCheck",

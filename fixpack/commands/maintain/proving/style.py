@@ -35,12 +35,12 @@ from typing import Any
 
 import yaml
 
-from ...cookbook.catalog import Catalog
-from ...core import patch, rebuild
-from ...core.plan import resolve, restrict
-from ...errors import EnvironmentProblem, Refused, UsageError
-from ...models import Plan, Profile
-from ...runtime.agree import spans
+from ....cookbook.catalog import Catalog
+from ....core import patch, rebuild
+from ....core.plan import resolve, restrict
+from ....errors import EnvironmentProblem, Refused, UsageError
+from ....models import Plan, Profile
+from ....runtime.agree import spans
 
 __all__ = ["Hook", "FileStyle", "FixStyle", "StyleReport", "hooks", "tools_venv", "check_style"]
 

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
-from ...cookbook.catalog import Catalog
-from ...core import patch, rebuild
-from ...core.mutants import Mutant, mutants
-from ...models import Fix, Profile, ProofOutcome
+from ....cookbook.catalog import Catalog
+from ....core import patch, rebuild
+from ....core.mutants import Mutant, mutants
+from ....models import Fix, Profile, ProofOutcome
+from ..trees import Pack, Scratch, put
 from .proofs import ProofPool
-from .trees import Pack, Scratch, put
 
 __all__ = ["MutantRun", "FixMutants", "mutate"]
 

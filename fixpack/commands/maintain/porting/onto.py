@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...cookbook.catalog import Catalog
-from ...errors import UsageError
-from ...models import Fix, Plan, Profile
-from . import history
+from ....cookbook.catalog import Catalog
+from ....errors import UsageError
+from ....models import Fix, Plan, Profile
+from .. import history
 from .port import port
 
 __all__ = ["rebased"]

@@ -11,8 +11,8 @@ import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
-from ...errors import EnvironmentProblem, UsageError
-from . import history
+from ....errors import EnvironmentProblem, UsageError
+from .. import history
 
 __all__ = ["WIDTH", "wrap", "fill", "absolute_figures", "markdown", "inline", "identities"]
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from ...models import Fix, ProofOutcome
-from ...proofkit import BUG_PRESENT, PASSED, Trees
-from ...proofrun import run_proof, start_server, threads_per_proof
+from ....models import Fix, ProofOutcome
+from ....proofkit import BUG_PRESENT, PASSED, Trees
+from ....proofrun import run_proof, start_server, threads_per_proof
 
 __all__ = ["Run", "NOT_RUN", "ProofPair", "ProofPool", "warm_up"]
 

@@ -23,13 +23,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...cookbook.catalog import Catalog
-from ...core.patch import as_git_diff
-from ...errors import UsageError
-from ...models import Fix, Profile, ProofOutcome, Word
-from .history import Repo, patch_id
-from .proofs import ProofPool, Run, warm_up
-from .trees import Scratch
+from ....cookbook.catalog import Catalog
+from ....core.patch import as_git_diff
+from ....errors import UsageError
+from ....models import Fix, Profile, ProofOutcome, Word
+from ..history import Repo, patch_id
+from ..proving.proofs import ProofPool, Run, warm_up
+from ..trees import Scratch
 
 __all__ = ["Standing", "FixStanding", "TreeInfo", "UpstreamReport", "upstream", "recorded_contradictions"]
 

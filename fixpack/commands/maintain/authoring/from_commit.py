@@ -16,14 +16,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ...cookbook.catalog import Catalog
-from ...cookbook.fix_module import backport_skeleton, load_fix
-from ...core import patch as diff
-from ...core import rebuild
-from ...errors import Refused, UsageError
-from ...models import Profile
+from ....cookbook.catalog import Catalog
+from ....cookbook.fix_module import backport_skeleton, load_fix
+from ....core import patch as diff
+from ....core import rebuild
+from ....errors import Refused, UsageError
+from ....models import Profile
+from ..history import Repo
 from . import lock
-from .history import Repo
 from .record import Recorded, fingerprint_at_end, new_fix_dir
 
 __all__ = ["record_commit"]

@@ -21,20 +21,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...cookbook.catalog import Catalog
-from ...cookbook.fix_module import FIX_ID, load_fix, skeleton
-from ...core import patch as diff
-from ...core import rebuild, recognise
-from ...core.fingerprint import of, sha256
-from ...core.plan import pack_chain
-from ...errors import Refused, UsageError
-from ...models import Change, FileRecord, FileState, Fingerprint, Profile
-from ...site.distributions import Distribution, Environment
-from ...site.inplace import InPlace
-from ...site.manifest import Manifest
-from ...site.state import pristine_copy
-from ..install.pipeline import open_state
-from . import history, lock
+from ....cookbook.catalog import Catalog
+from ....cookbook.fix_module import FIX_ID, load_fix, skeleton
+from ....core import patch as diff
+from ....core import rebuild, recognise
+from ....core.fingerprint import of, sha256
+from ....core.plan import pack_chain
+from ....errors import Refused, UsageError
+from ....models import Change, FileRecord, FileState, Fingerprint, Profile
+from ....site.distributions import Distribution, Environment
+from ....site.inplace import InPlace
+from ....site.manifest import Manifest
+from ....site.state import pristine_copy
+from ...install.pipeline import open_state
+from .. import history
+from . import lock
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...models import Fingerprint, PortOutcome, ProofOutcome
+from ....models import Fingerprint, PortOutcome, ProofOutcome
 
 __all__ = ["ChangeReport", "FixProof", "PortReport"]
 

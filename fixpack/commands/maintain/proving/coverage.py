@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...cookbook.catalog import Catalog
-from ...core import patch
-from ...core.mutants import added_lines
-from ...models import Profile
-from .trees import Pack, Scratch
+from ....cookbook.catalog import Catalog
+from ....core import patch
+from ....core.mutants import added_lines
+from ....models import Profile
+from ..trees import Pack, Scratch
 
 __all__ = ["FixCoverage", "Line", "fix_lines", "measured", "rcfile"]
 

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...core import patch as diff
-from ...core import rebuild
-from ...core.fingerprint import of
-from ...models import Change, PortOutcome
-from . import history
-from .port_report import ChangeReport
+from ....core import patch as diff
+from ....core import rebuild
+from ....core.fingerprint import of
+from ....models import Change, PortOutcome
+from .. import history
+from .report import ChangeReport
 
 if TYPE_CHECKING:  # libcst loads only when a transform runs
-    from ...transforms import Transform
+    from ....transforms import Transform
 
 __all__ = ["Attempt", "try_change"]
 
@@ -84,7 +84,7 @@ def try_change(change: Change, before: bytes | None, how: Attempt, release: str)
             return ChangeReport(fix, path, PortOutcome.CONFLICT, f"{how.resolved} still has conflict markers"), before
         report = ChangeReport(fix, path, PortOutcome.MERGED, f"resolved by hand in {how.resolved}")
     elif how.transform is not None:
-        from ...transforms import CstFailed
+        from ....transforms import CstFailed
 
         try:
             after = how.transform.apply(before)

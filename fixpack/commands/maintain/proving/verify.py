@@ -14,18 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...cookbook.catalog import Catalog
-from ...core import patch, rebuild
-from ...core.fingerprint import sha256
-from ...core.plan import chains
-from ...errors import FixpackError, Refused
-from ...models import SUBJECT_MAX, Fix, Profile, ProofOutcome
-from . import lock
+from ....cookbook.catalog import Catalog
+from ....core import patch, rebuild
+from ....core.fingerprint import sha256
+from ....core.plan import chains
+from ....errors import FixpackError, Refused
+from ....models import SUBJECT_MAX, Fix, Profile, ProofOutcome
+from ..authoring import lock
+from ..trees import Pack, Scratch
+from ..upstream.status import recorded_contradictions
 from .coverage import FixCoverage, fix_lines, measured, rcfile
 from .mutants import FixMutants, mutate
 from .proofs import ProofPair, ProofPool, warm_up
-from .trees import Pack, Scratch
-from .upstream import recorded_contradictions
 
 __all__ = ["FixVerdict", "verify_profile", "verify_profiles", "junit"]
 

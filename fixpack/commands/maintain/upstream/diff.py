@@ -19,12 +19,12 @@ from datetime import datetime, timezone
 from email.utils import format_datetime
 from pathlib import Path
 
-from ... import __version__
-from ...cookbook.catalog import Catalog
-from ...core.patch import as_git_diff, index
-from ...core.plan import resolve, restrict
-from ...errors import UsageError
-from ...models import SUBJECT_MAX, Fix, Plan, Profile
+from .... import __version__
+from ....cookbook.catalog import Catalog
+from ....core.patch import as_git_diff, index
+from ....core.plan import resolve, restrict
+from ....errors import UsageError
+from ....models import SUBJECT_MAX, Fix, Plan, Profile
 from .commit_text import WIDTH, absolute_figures, fill, identities, inline, markdown, wrap
 
 __all__ = [
@@ -316,7 +316,7 @@ def export(
     rebased: tuple[list[Message], Mapping[str, str]] | None = None
     left_out: list[str] = []
     if onto:
-        from .diff_onto import rebased as rebase  # runs port: loaded only for --onto
+        from ..porting.onto import rebased as rebase  # runs port: loaded only for --onto
 
         if dist and dist not in onto:
             raise UsageError(f"--dist {dist!r} with --onto {', '.join(onto)}: export only what is rebased")

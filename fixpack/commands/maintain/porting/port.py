@@ -31,25 +31,26 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...cookbook.catalog import Catalog
-from ...cookbook.fix_module import release_table, rendered_patch_name, transforms_file
-from ...cookbook.profiles import draft_profile
-from ...core import patch as diff
-from ...core import rebuild
-from ...core.fingerprint import of
-from ...core.plan import orders_of
-from ...errors import UsageError
-from ...models import Change, Fingerprint, Fix, Profile, ProofOutcome
-from ...site.commits import from_version_py
-from ...transforms import load_transforms  # the authors' API; libcst itself loads only when an edit runs
-from . import history, lock
-from .port_change import Attempt, try_change
-from .port_report import ChangeReport, FixProof, PortReport
-from .proofs import ProofPair, ProofPool, Run, warm_up
-from .trees import Scratch
+from ....cookbook.catalog import Catalog
+from ....cookbook.fix_module import release_table, rendered_patch_name, transforms_file
+from ....cookbook.profiles import draft_profile
+from ....core import patch as diff
+from ....core import rebuild
+from ....core.fingerprint import of
+from ....core.plan import orders_of
+from ....errors import UsageError
+from ....models import Change, Fingerprint, Fix, Profile, ProofOutcome
+from ....site.commits import from_version_py
+from ....transforms import load_transforms  # the authors' API; libcst itself loads only when an edit runs
+from .. import history
+from ..authoring import lock
+from ..proving.proofs import ProofPair, ProofPool, Run, warm_up
+from ..trees import Scratch
+from .change import Attempt, try_change
+from .report import ChangeReport, FixProof, PortReport
 
 if TYPE_CHECKING:
-    from ...transforms import Transform
+    from ....transforms import Transform
 
 __all__ = ["ChangeReport", "FixProof", "PortReport", "port"]
 

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...cookbook import tomlfile
-from ...cookbook.catalog import Catalog
-from ...cookbook.fix_module import load_fix, rendered_patch_name, transforms_file
-from ...cookbook.lockfile import write_lock
-from ...cookbook.profiles import load_profile
-from ...core import patch
-from ...core.fingerprint import of
-from ...core.plan import applied_orders, chains, orders_of
-from ...core.rebuild import build, compile_error, failed
-from ...errors import Refused, UsageError
-from ...models import Change, Fingerprint, Profile
+from ....cookbook import tomlfile
+from ....cookbook.catalog import Catalog
+from ....cookbook.fix_module import load_fix, rendered_patch_name, transforms_file
+from ....cookbook.lockfile import write_lock
+from ....cookbook.profiles import load_profile
+from ....core import patch
+from ....core.fingerprint import of
+from ....core.plan import applied_orders, chains, orders_of
+from ....core.rebuild import build, compile_error, failed
+from ....errors import Refused, UsageError
+from ....models import Change, Fingerprint, Profile
 
 __all__ = ["read_source", "fingerprints", "write", "render_cst", "lockable", "lock"]
 
@@ -74,7 +74,7 @@ def render_cst(root: Path, profile: Profile, sources: dict[str, Path]) -> list[P
     Reads fix directories, not the catalog: the catalog needs the rendered patch to load a cst fix.
     Returns the files that changed.
     """
-    from ...transforms import CstFailed, load_transforms, render_transforms
+    from ....transforms import CstFailed, load_transforms, render_transforms
 
     dirs = {fid: root / "fixes" / fid for fid in profile.pack}
     specs = {fid: transforms_file(d, profile.release) for fid, d in dirs.items()}

@@ -1,0 +1,1 @@
+"""Carrying the pack to another release (port), and a fix onto another tree (diff --onto)."""
