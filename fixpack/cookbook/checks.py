@@ -1,6 +1,7 @@
 """A recipe's ``verify`` section: the page's "Verified" and "Performance" tables as checks that
 ``fixpack recipe accept`` runs against a live server. The one reader of the format (the recipe
-reader hands it the section; every mapping's keys go through :mod:`.schema`, an unknown one refused
+reader hands it the section): VERIFY_TABLE and CHECK_TABLE declare its keys, kinds and defaults, and
+PREDICATES each predicate's ``expect`` keys, all checked by :mod:`.schema` (an unknown key refused
 with a did-you-mean at its own line).
 
 A check sends OpenAI-compatible requests (chat or completions bodies as the API takes them, vLLM's
@@ -17,8 +18,9 @@ from typing import Any
 
 from ..errors import UsageError
 from . import schema
+from .schema import FLAG, ITEMS, MAPPING, POSITIVE, POSITIVE_NUMBER, Field, Kind, Table
 
-__all__ = ["Check", "Verify", "PREDICATES", "TABLES", "read_verify"]
+__all__ = ["Check", "Verify", "PREDICATES", "TABLES", "CHECK_TABLE", "VERIFY_TABLE", "read_verify"]
 
 Where = tuple[str | int, ...]
 Fail = Callable[[Where, str], UsageError]
@@ -27,57 +29,70 @@ TABLES = ("verified", "performance")
 APIS = ("chat", "completions")
 MEASURES = ("tokens_per_s", "aggregate_tokens_per_s", "seconds_to_answer")
 
-# predicate -> (its expect keys, the ones required)
-PREDICATES: dict[str, tuple[set[str], set[str]]] = {
+# A predicate's expect keys (its values are checked in _expect, in words naming the check)
+PREDICATES: dict[str, Table] = {
     # each answer (content, not reasoning) contains (or equals) its expected text; in_flight at once
-    "known-answer": ({"answers", "match", "in_flight"}, {"answers"}),
+    "known-answer": Table(Field("answers"), Field("match", default=None), Field("in_flight", default=None)),
     # a haystack of each size (tokens: one or a list) generated from a seed with a number at each
     # depth, sent cold ({haystack} in the request, a fresh salt for {salt}); the answer names it
-    "needle": ({"tokens", "depths", "seed"}, {"tokens", "depths"}),
+    "needle": Table(Field("tokens"), Field("depths"), Field("seed", default=None)),
     # the answer parses as JSON and is valid against the request's response_format schema
-    "json-schema": (set(), set()),
+    "json-schema": Table(),
     # n entries on every generated token (top_logprobs) or every prompt position but the first
-    "logprob-entries": ({"field", "n"}, {"field", "n"}),
+    "logprob-entries": Table(Field("field"), Field("n")),
     # a token (id, or a text the server's /tokenize makes one id) generated (every: at every position)
-    "token-present": ({"token", "every"}, {"token"}),
+    "token-present": Table(Field("token"), Field("every", default=None)),
     # each request sent twice (cache_salt '{salt}' is a fresh salt per request, the same for both
     # runs, so the second hits what the first cached): same text, logprobs within tolerance
-    "identical-runs": ({"tolerance", "cached_multiple"}, set()),
+    "identical-runs": Table(Field("tolerance", default=None), Field("cached_multiple", default=None)),
     # every request answered alone, then all at once (in_flight): the same text and logprobs
-    "concurrent-equals-solo": ({"in_flight", "tolerance"}, {"in_flight"}),
+    "concurrent-equals-solo": Table(Field("in_flight"), Field("tolerance", default=None)),
     # each (seeded, sampled) request sent twice: the same text
-    "seeded-repeatable": ({"tolerance"}, set()),
+    "seeded-repeatable": Table(Field("tolerance", default=None)),
     # a valid call of the named tool, arguments JSON with these values (streamed ones assembled)
-    "tool-call": ({"name", "arguments"}, {"name"}),
+    "tool-call": Table(Field("name"), Field("arguments", default=None)),
     # requests[0] alone, then again beside requests[1:] (streamed; the 2nd, 3rd, ... start after the
     # 1st one's first token; requests[0] goes once the 1st has finished, or once all have started)
-    "mixed-equals-solo": ({"probe_after", "tolerance"}, {"probe_after"}),
+    "mixed-equals-solo": Table(Field("probe_after"), Field("tolerance", default=None)),
     # every request answered (HTTP 200, its logprobs present) and the server healthy afterwards
-    "answered": (set(), set()),
+    "answered": Table(),
     # every request refused with HTTP status, its message naming each of mentions; healthy afterwards
-    "refused": ({"status", "mentions"}, {"status"}),
+    "refused": Table(Field("status"), Field("mentions", default=None)),
     # /health answers 200 and /v1/models lists the model
-    "server-healthy": (set(), set()),
+    "server-healthy": Table(),
     # a figure measured against the page's: tokens/s at least figure*(1-tolerance), seconds at
     # most the figure's upper end*(1+tolerance)
-    "performance": ({"measure", "figure", "tolerance", "in_flight", "tokens"}, {"measure", "figure", "tolerance"}),
+    "performance": Table(
+        Field("measure"),
+        Field("figure"),
+        Field("tolerance"),
+        Field("in_flight", default=None),
+        Field("tokens", default=None),
+    ),
 }
-CHECK_KEYS = {
-    "id",
-    "row",
-    "result",
-    "table",
-    "api",
-    "requests",
-    "repeat",
-    "predicate",
-    "expect",
-    "fixes",
-    "note",
-    "healthy_after",
-    "timeout_s",
-}
-VERIFY_KEYS = {"max_tokens", "timeout_s", "max_requests", "checks"}
+# a check's own words: no "(quote it)", and its text read with its blanks collapsed
+_TEXT = Kind("a non-empty string", schema.TEXT.test)
+CHECK_TABLE = Table(
+    Field("id", _TEXT),
+    Field("predicate"),  # one of PREDICATES
+    Field("fixes"),  # a list of fix ids, checked in words naming the check
+    Field("note", _TEXT),
+    Field("row", _TEXT, None),
+    Field("result", _TEXT, None),
+    Field("table", default="verified"),  # one of TABLES
+    Field("api", default="chat"),  # one of APIS
+    Field("requests", default=[]),
+    Field("repeat", POSITIVE, 1),
+    Field("expect", MAPPING, {}),  # its keys are its predicate's
+    Field("healthy_after", FLAG, False),
+    Field("timeout_s", POSITIVE_NUMBER, None),
+)
+VERIFY_TABLE = Table(
+    Field("max_tokens", POSITIVE, 1024),
+    Field("timeout_s", POSITIVE_NUMBER, 300),
+    Field("max_requests", POSITIVE, 500),
+    Field("checks", ITEMS, entries=CHECK_TABLE),
+)
 
 
 @dataclass(frozen=True)
@@ -108,77 +123,38 @@ class Verify:
         return {c.id: c for c in self.checks}
 
 
-def _keys(value: dict, where: Where, known: set[str], fail: Fail) -> None:
-    name = ".".join(str(w) for w in where)
-    schema.check(value, known, name, lambda key, message: fail((*where, key), message))
-
-
-def _mapping(value: Any, where: Where, fail: Fail) -> dict:
-    if not isinstance(value, dict):
-        raise fail(where, f"{'.'.join(map(str, where))} must be a mapping")
-    return value
-
-
-def _positive(value: Any, where: Where, fail: Fail, number: type = int) -> Any:
-    ok = isinstance(value, (int, float) if number is float else int) and not isinstance(value, bool) and value > 0
-    if not ok:
-        what = "a positive number" if number is float else "a positive integer"
-        raise fail(where, f"{'.'.join(map(str, where))} must be {what}")
-    return value
-
-
-def _text(value: Any, where: Where, fail: Fail) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise fail(where, f"{'.'.join(map(str, where))} must be a non-empty string")
-    return " ".join(value.split())
-
-
 def read_verify(value: Any, fail: Fail) -> Verify:
-    """The ``verify`` section of a recipe, each part checked (``fail(where, message)`` makes the
-    error at that part's line)."""
-    top = _mapping(value, ("verify",), fail)
-    _keys(top, ("verify",), VERIFY_KEYS, fail)
-    if "checks" not in top:
-        raise fail(("verify",), "verify has no 'checks'")
-    items = top["checks"]
-    if not isinstance(items, list) or not items:
-        raise fail(("verify", "checks"), "verify.checks must be a non-empty list")
-    checks = [_check(item, ("verify", "checks", i), fail) for i, item in enumerate(items)]
+    """The ``verify`` section of a recipe, checked against VERIFY_TABLE, then each check read
+    (``fail(where, message)`` makes the error at that part's line)."""
+    top = schema.check(value, VERIFY_TABLE, ("verify",), schema.YAML, fail)
+    checks = [_check(c, ("verify", "checks", i), fail) for i, c in enumerate(top["checks"])]
     seen: set[str] = set()
     for i, c in enumerate(checks):
         if c.id in seen:
             raise fail(("verify", "checks", i, "id"), f"check id {c.id!r} is given twice")
         seen.add(c.id)
     return Verify(
-        max_tokens=_positive(top.get("max_tokens", 1024), ("verify", "max_tokens"), fail),
-        timeout_s=float(_positive(top.get("timeout_s", 300), ("verify", "timeout_s"), fail, float)),
-        max_requests=_positive(top.get("max_requests", 500), ("verify", "max_requests"), fail),
+        max_tokens=top["max_tokens"],
+        timeout_s=float(top["timeout_s"]),
+        max_requests=top["max_requests"],
         checks=tuple(checks),
     )
 
 
-def _check(item: Any, where: Where, fail: Fail) -> Check:
-    c = _mapping(item, where, fail)
-    _keys(c, where, CHECK_KEYS, fail)
-    for key in ("id", "predicate", "fixes", "note"):
-        if key not in c:
-            raise fail(where, f"{'.'.join(map(str, where))} has no {key!r}")
-    cid = _text(c["id"], (*where, "id"), fail)
-    predicate = c["predicate"]
+def _check(c: dict[str, Any], where: Where, fail: Fail) -> Check:
+    cid = _words(c["id"])
+    predicate, api, requests = c["predicate"], c["api"], c["requests"]
     if predicate not in PREDICATES:
         raise fail((*where, "predicate"), schema.unknown(str(predicate), "the predicates", PREDICATES))
-    known, required = PREDICATES[predicate]
-    expect = _mapping(c.get("expect", {}), (*where, "expect"), fail)
-    _keys(expect, (*where, "expect"), known, fail)
-    for key in sorted(required - set(expect)):
-        raise fail((*where, "expect"), f"check {cid}: predicate {predicate} needs expect.{key}")
-    api = c.get("api", "chat")
+    expect = c["expect"]
+    schema.check_keys(expect, PREDICATES[predicate], (*where, "expect"), schema.YAML, fail)
+    for key in PREDICATES[predicate].required:
+        if key not in expect:
+            raise fail((*where, "expect"), f"check {cid}: predicate {predicate} needs expect.{key}")
     if api not in APIS:
         raise fail((*where, "api"), f"check {cid}: api must be one of {', '.join(APIS)}")
-    table = c.get("table", "verified")
-    if table not in TABLES:
+    if c["table"] not in TABLES:
         raise fail((*where, "table"), f"check {cid}: table must be one of {', '.join(TABLES)}")
-    requests = c.get("requests", [])
     if not isinstance(requests, list) or not all(isinstance(r, dict) for r in requests):
         raise fail((*where, "requests"), f"check {cid}: requests must be a list of request bodies (mappings)")
     if predicate != "server-healthy" and not requests:
@@ -192,8 +168,7 @@ def _check(item: Any, where: Where, fail: Fail) -> Check:
     fixes = c["fixes"]
     if not isinstance(fixes, list) or not all(isinstance(f, str) and f for f in fixes):
         raise fail((*where, "fixes"), f"check {cid}: fixes must be a list of fix ids (may be empty)")
-    row, result = c.get("row"), c.get("result")
-    if (row is None) != (result is None):
+    if (c["row"] is None) != (c["result"] is None):
         raise fail(where, f"check {cid}: a page row needs both row and result")
     _expect(cid, predicate, expect, len(requests), (*where, "expect"), fail)
     return Check(
@@ -203,22 +178,23 @@ def _check(item: Any, where: Where, fail: Fail) -> Check:
         requests=tuple(requests),
         expect=dict(expect),
         fixes=tuple(fixes),
-        note=_text(c["note"], (*where, "note"), fail),
-        row=None if row is None else _text(row, (*where, "row"), fail),
-        result=None if result is None else _text(result, (*where, "result"), fail),
-        table=table,
-        repeat=_positive(c.get("repeat", 1), (*where, "repeat"), fail),
-        healthy_after=_bool(c.get("healthy_after", False), (*where, "healthy_after"), fail),
-        timeout_s=None
-        if "timeout_s" not in c
-        else float(_positive(c["timeout_s"], (*where, "timeout_s"), fail, float)),
+        note=_words(c["note"]),
+        row=None if c["row"] is None else _words(c["row"]),
+        result=None if c["result"] is None else _words(c["result"]),
+        table=c["table"],
+        repeat=c["repeat"],
+        healthy_after=c["healthy_after"],
+        timeout_s=None if c["timeout_s"] is None else float(c["timeout_s"]),
     )
 
 
-def _bool(value: Any, where: Where, fail: Fail) -> bool:
-    if not isinstance(value, bool):
-        raise fail(where, f"{'.'.join(map(str, where))} must be true or false")
-    return value
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _positive(value: Any, where: Where, fail: Fail) -> None:
+    if not POSITIVE.test(value):
+        raise fail(where, schema.YAML.wrong(where, POSITIVE))
 
 
 def _expect(cid: str, predicate: str, e: dict, n_requests: int, where: Where, fail: Fail) -> None:

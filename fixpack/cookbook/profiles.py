@@ -4,54 +4,79 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..models import Pin, Profile
-from . import schema, tomlfile
-from .tomlfile import field, invalid, quote
+from . import schema
+from .schema import DICT, LIST, STR, STRINGS, Field, Table
+from .tomlfile import invalid, quote
 
-__all__ = ["load_profile", "draft_profile"]
+__all__ = ["PROFILE_TABLE", "load_profile", "draft_profile"]
 
-# The keys of a profile and of each [[pin]] (schema.toml_keys refuses any other)
-KEYS = {"release", "description", "pack", "opt_ins", "pin", "instead"}
-PIN_KEYS = {"dist", "package", "version", "commits", "match"}
 MATCHES = ("commit", "fingerprints")
+PROFILE_TABLE = Table(
+    Field("release", STR),
+    Field("description", STR, ""),
+    Field("pack", STRINGS),
+    Field("opt_ins", STRINGS, []),
+    Field(
+        "pin",
+        LIST,
+        [],
+        entries=Table(
+            Field("dist", STR),
+            Field("package", STR),
+            Field("version", STR),
+            Field("commits", STRINGS, []),
+            Field("match", STR, "commit"),
+            wrong="each [[pin]] must be a table",
+        ),
+        wrong="pins must be [[pin]] tables",
+    ),
+    Field("instead", DICT, {}),
+)
 
 
 def load_profile(path: Path) -> Profile:
-    data = tomlfile.read(path)
-    schema.toml_keys(data, KEYS, path)
-    pins = []
-    raw_pins = data.get("pin", [])
-    if not isinstance(raw_pins, list):
-        raise invalid(path, "pins must be [[pin]] tables")
-    for i, raw in enumerate(raw_pins):
-        if not isinstance(raw, dict):
-            raise invalid(path, "each [[pin]] must be a table")
-        schema.toml_keys(raw, PIN_KEYS, path, "pin", i)
-        match = field(raw, "match", str, path, "commit")
-        if match not in MATCHES:
-            raise invalid(path, f"[[pin]] #{i + 1}: match must be one of {', '.join(MATCHES)}, not {match!r}")
-        pins.append(
-            Pin(
-                dist=field(raw, "dist", str, path),
-                package=field(raw, "package", str, path),
-                version=field(raw, "version", str, path),
-                commits=tuple(c.lower() for c in field(raw, "commits", list, path, [])),
-                match=match,
-            )
-        )
+    """``profiles/<release>.toml``: checked against PROFILE_TABLE, then read into the :class:`Profile`."""
+    data = schema.read_toml(path, PROFILE_TABLE)
+    pins = tuple(_pin(raw, i, path) for i, raw in enumerate(data["pin"]))
     if not pins:
         raise invalid(path, "no [[pin]] tables")
-    pack = tuple(field(data, "pack", list, path))
-    opt_ins = tuple(field(data, "opt_ins", list, path, []))
+    pack, opt_ins = tuple(data["pack"]), tuple(data["opt_ins"])
     if len(set(pack)) != len(pack):
         raise invalid(path, "a fix is listed twice in 'pack'")
     stray = [f for f in opt_ins if f not in pack]
     if stray:
         raise invalid(path, f"opt_ins {stray} are not in 'pack' (give them their slot in pack order)")
-    instead = field(data, "instead", dict, path, {})
-    if not all(isinstance(v, str) for v in instead.values()):
+    if not all(isinstance(v, str) for v in data["instead"].values()):
         raise invalid(path, "[instead] maps a distribution to the name of the profile to use: strings only")
+    return Profile(
+        name=path.stem,
+        release=data["release"],
+        description=data["description"].strip(),
+        pins=pins,
+        pack=pack,
+        opt_ins=opt_ins,
+        draft=_draft(pins),
+        instead=tuple(data["instead"].items()),
+    )
+
+
+def _pin(raw: dict[str, Any], i: int, path: Path) -> Pin:
+    if raw["match"] not in MATCHES:
+        raise invalid(path, f"[[pin]] #{i + 1}: match must be one of {', '.join(MATCHES)}, not {raw['match']!r}")
+    return Pin(
+        dist=raw["dist"],
+        package=raw["package"],
+        version=raw["version"],
+        commits=tuple(c.lower() for c in raw["commits"]),
+        match=raw["match"],
+    )
+
+
+def _draft(pins: tuple[Pin, ...]) -> str:
+    """Why the pins are not real yet ("pin vllm-gaudi: version TODO"), or ""."""
     todo = []
     for p in pins:
         missing = [
@@ -64,16 +89,7 @@ def load_profile(path: Path) -> Profile:
         ]
         if missing:
             todo.append(f"pin {p.dist}: " + " and ".join(f"{w} TODO" for w in missing))
-    return Profile(
-        name=path.stem,
-        release=field(data, "release", str, path),
-        description=field(data, "description", str, path, "").strip(),
-        pins=tuple(pins),
-        pack=pack,
-        opt_ins=opt_ins,
-        draft="; ".join(todo),
-        instead=tuple(instead.items()),
-    )
+    return "; ".join(todo)
 
 
 def draft_profile(

@@ -1,7 +1,8 @@
 """``recipes/<org>/<model>/*.yaml``: the cookbook's recipes, one YAML file each (the first, the page's
 layout, is ``recipe.yaml``; another layout of the same model goes beside it). The one reader of the
-format: YAML loaded safely (PyYAML's safe loader), every key and type checked, and every part's
-line kept, so that a reader's error and a check's finding both name the file and the line.
+format: YAML loaded safely (PyYAML's safe loader), every key, kind and default declared in
+RECIPE_TABLE and checked by :mod:`.schema`, and every part's line kept, so that a reader's error and
+a check's finding both name the file and the line.
 
 The rules are validated by :mod:`fixpack.runtime.rules`, the stdlib-only module that evaluates
 them (in fixpack and, carried out of it, in every vLLM process)."""
@@ -9,7 +10,6 @@ them (in fixpack and, carried out of it, in every vLLM process)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +20,9 @@ from ..errors import UsageError
 from ..runtime import rules as rulebook
 from . import default_root, schema
 from .checks import Verify, read_verify
+from .schema import FLAG, ITEMS, LIST, POSITIVE, TEXT, TEXTS, Field, Kind, Table
 
-__all__ = ["Recipe", "Upstream", "load_recipe", "load_recipes", "RECIPES_DIR"]
+__all__ = ["Recipe", "Upstream", "RECIPE_TABLE", "load_recipe", "load_recipes", "RECIPES_DIR"]
 
 RECIPES_DIR = "recipes"
 SLUG = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
@@ -29,6 +30,68 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 HEX = re.compile(r"[0-9a-f]{7,40}\Z")
 
 Where = tuple[str | int, ...]  # keys and indexes from the document's root to a part of it
+
+# A rule's own keys, for a misspelt one's did-you-mean at its line; a rule's values, and every
+# condition's keys, are the rulebook's to check (rulebook.validate).
+RULE_TABLE = Table(Field("id"), Field("verdict"), Field("message"), Field("when"))
+RECIPE_TABLE = Table(
+    Field(
+        "meta",
+        table=Table(Field("title", TEXT), Field("slug", TEXT), Field("page", TEXT), Field("description", default="")),
+    ),
+    Field("model", table=Table(Field("id", TEXT), Field("variant", TEXT), Field("description", default=""))),
+    Field(
+        "hardware",
+        table=Table(
+            Field("device", TEXT),
+            Field("cards", POSITIVE),
+            Field(
+                "layout",
+                table=Table(
+                    Field("tensor_parallel", POSITIVE),
+                    Field("pipeline_parallel", POSITIVE, 1),
+                    Field("data_parallel", POSITIVE, 1),
+                    Field("expert_parallel", FLAG, False),
+                ),
+            ),
+        ),
+    ),
+    Field(
+        "image",
+        table=Table(
+            Field("release", TEXT),
+            Field(
+                "commits",
+                Kind("a mapping of distributions", lambda v: isinstance(v, dict) and bool(v)),
+                entries=TEXT,
+                wrong="image.commits must map each distribution to the commit the page names",
+            ),
+            Field("gaudi_sw", TEXT, None),
+        ),
+    ),
+    Field(
+        "fixes",
+        table=Table(
+            Field("profile", TEXT),
+            Field("depends_on", ITEMS, entries=Table(Field("fix", TEXT), Field("why", TEXT))),
+            Field("opt_ins", TEXTS, [], entries=TEXT),
+        ),
+    ),
+    Field("env", ITEMS, entries=Table(Field("name", TEXT), Field("value"))),
+    Field("serve", table=Table(Field("model", TEXT), Field("args", ITEMS))),
+    Field("rules", LIST),
+    Field(
+        "upstream",
+        default=None,
+        table=Table(
+            Field("file", TEXT),
+            Field("variant", TEXT),
+            Field("strategy", TEXT, None),
+            Field("features", TEXTS, [], entries=TEXT),
+        ),
+    ),
+    Field("verify", default=None),  # checks.read_verify's, against its own table
+)
 
 
 @dataclass(frozen=True)
@@ -153,163 +216,124 @@ class _Reader:
             parts = parts[:-1]
         return _error(self.shown, self.lines.get(parts, 1), reason)
 
-    def mapping(self, value: Any, where: Where, required: set[str], optional: set[str] | None = None) -> dict:
-        known = required | (optional or set())
-        name = ".".join(str(w) for w in where) or "the document"
-        if not isinstance(value, dict):
-            raise self.fail(where, f"{name} must be a mapping")
-        self.keys(value, where, known)
-        for key in sorted(required):
-            if key not in value:
-                raise self.fail(where, f"{name} has no {key!r}")
-        return value
-
-    def keys(self, value: dict, where: Where, known: set[str]) -> None:
-        """The schema's check of one mapping's keys, an unknown one failing at its own line."""
-        name = ".".join(str(w) for w in where) or "the document"
-        schema.check(value, known, name, lambda key, message: self.fail((*where, key), message))
-
-    def string(self, value: Any, where: Where, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(where, f"{'.'.join(map(str, where))} must be a non-empty string (quote it)")
-        if pattern is not None and not pattern.match(value):
+    def match(self, value: str, where: Where, pattern: re.Pattern[str], what: str) -> str:
+        if not pattern.match(value):
             raise self.fail(where, f"{'.'.join(map(str, where))} {value!r} is not {what}")
         return value
 
-    def strings(self, value: Any, where: Where) -> tuple[str, ...]:
-        if not isinstance(value, list):
-            raise self.fail(where, f"{'.'.join(map(str, where))} must be a list of strings")
-        return tuple(self.string(v, (*where, i)) for i, v in enumerate(value))
-
-    def positive(self, value: Any, where: Where) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self.fail(where, f"{'.'.join(map(str, where))} must be a positive integer")
-        return value
-
-    def items(self, value: Any, where: Where, empty: bool = False) -> Iterator[tuple[Where, Any]]:
-        if not isinstance(value, list) or not (value or empty):
-            raise self.fail(where, f"{'.'.join(map(str, where))} must be a {'' if empty else 'non-empty '}list")
-        for i, item in enumerate(value):
-            yield (*where, i), item
-
 
 def load_recipe(path: Path, root: Path | None = None) -> Recipe:
-    """Read one recipe file; a file that is not a valid recipe is a usage error naming its line."""
+    """Read one recipe file: its YAML checked against RECIPE_TABLE, then each part read into the
+    :class:`Recipe`; a file that is not a valid recipe is a usage error naming its line."""
     root = default_root() if root is None else root
     shown = _display(path, root)
+    data, lines = _compose(_read(path, shown), shown)
+    r = _Reader(shown, lines)
+    top = schema.check(data, RECIPE_TABLE, (), schema.YAML, r.fail)
+    return _recipe(path, top, r)
+
+
+def _recipe(path: Path, top: dict[str, Any], r: _Reader) -> Recipe:
+    """The checked document's parts, each read: its patterns, its lists' duplicates, its rules."""
+    meta, model, hardware, image = top["meta"], top["model"], top["hardware"], top["image"]
+    fixes, serve = top["fixes"], top["serve"]
+    return Recipe(
+        path=path,
+        shown=r.shown,
+        title=meta["title"],
+        slug=r.match(meta["slug"], ("meta", "slug"), SLUG, "a slug (lower-case letters, digits, '.', '-', '_')"),
+        page=meta["page"],
+        description=_words(meta["description"]),
+        model=model["id"],
+        variant=model["variant"],
+        model_description=_words(model["description"]),
+        device=hardware["device"],
+        cards=hardware["cards"],
+        layout=hardware["layout"],
+        release=image["release"],
+        commits=_commits(image["commits"], r),
+        gaudi_sw=image["gaudi_sw"],
+        profile=fixes["profile"],
+        opt_ins=tuple(fixes["opt_ins"]),
+        depends_on=_depends_on(fixes["depends_on"], r),
+        env=_env(top["env"], r),
+        serve_model=serve["model"],
+        serve_args=_serve_args(serve["args"], r),
+        rules=_rules(top["rules"], r),
+        upstream=_upstream(top["upstream"]),
+        verify=None if top["verify"] is None else read_verify(top["verify"], r.fail),
+        lines=r.lines,
+    )
+
+
+def _read(path: Path, shown: str) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise _error(shown, 1, f"cannot be read ({exc})") from None
-    data, lines = _compose(text, shown)
-    r = _Reader(shown, lines)
-    top = r.mapping(
-        data, (), {"meta", "model", "hardware", "image", "fixes", "env", "serve", "rules"}, {"upstream", "verify"}
-    )
 
-    meta = r.mapping(top["meta"], ("meta",), {"title", "slug", "page"}, {"description"})
-    model = r.mapping(top["model"], ("model",), {"id", "variant"}, {"description"})
-    hardware = r.mapping(top["hardware"], ("hardware",), {"device", "cards", "layout"})
-    layout = r.mapping(
-        hardware["layout"],
-        ("hardware", "layout"),
-        {"tensor_parallel"},
-        {"pipeline_parallel", "data_parallel", "expert_parallel"},
-    )
-    sizes = {
-        k: r.positive(layout.get(k, 1), ("hardware", "layout", k))
-        for k in ("tensor_parallel", "pipeline_parallel", "data_parallel")
-    }
-    expert = layout.get("expert_parallel", False)
-    if not isinstance(expert, bool):
-        raise r.fail(("hardware", "layout", "expert_parallel"), "hardware.layout.expert_parallel must be true or false")
 
-    image = r.mapping(top["image"], ("image",), {"release", "commits"}, {"gaudi_sw"})
-    commits = image["commits"]
-    if not isinstance(commits, dict) or not commits:
-        raise r.fail(("image", "commits"), "image.commits must map each distribution to the commit the page names")
+def _words(value: Any) -> str:
+    """A description: any scalar, its blanks collapsed (a YAML block keeps its line breaks)."""
+    return " ".join(str(value or "").split())
+
+
+def _upstream(up: dict[str, Any] | None) -> Upstream | None:
+    if up is None:
+        return None
+    return Upstream(file=up["file"], variant=up["variant"], strategy=up["strategy"], features=tuple(up["features"]))
+
+
+def _commits(commits: dict[str, str], r: _Reader) -> dict[str, str]:
     for dist, commit in commits.items():
-        r.string(commit, ("image", "commits", dist), HEX, "a commit id (7 to 40 lower-case hex digits)")
+        r.match(commit, ("image", "commits", dist), HEX, "a commit id (7 to 40 lower-case hex digits)")
+    return dict(commits)
 
-    fixes = r.mapping(top["fixes"], ("fixes",), {"profile", "depends_on"}, {"opt_ins"})
-    depends_on = []
-    for where, item in r.items(fixes["depends_on"], ("fixes", "depends_on")):
-        entry = r.mapping(item, where, {"fix", "why"})
-        depends_on.append((r.string(entry["fix"], (*where, "fix")), r.string(entry["why"], (*where, "why")).strip()))
+
+def _depends_on(entries: list[dict[str, Any]], r: _Reader) -> tuple[tuple[str, str], ...]:
+    depends_on = tuple((e["fix"], e["why"].strip()) for e in entries)
     _unique([f for f, _ in depends_on], ("fixes", "depends_on"), "fix", r)
+    return depends_on
 
+
+def _env(entries: list[dict[str, Any]], r: _Reader) -> tuple[tuple[str, str], ...]:
     env = []
-    for where, item in r.items(top["env"], ("env",)):
-        entry = r.mapping(item, where, {"name", "value"})
-        name = r.string(entry["name"], (*where, "name"), ENV_NAME, "a variable name")
-        if not isinstance(entry["value"], str):
-            raise r.fail((*where, "value"), f"the value of {name} must be a string (quote it: {str(entry['value'])!r})")
-        env.append((name, entry["value"]))
+    for i, e in enumerate(entries):
+        name = r.match(e["name"], ("env", i, "name"), ENV_NAME, "a variable name")
+        if not isinstance(e["value"], str):
+            raise r.fail(("env", i, "value"), f"the value of {name} must be a string (quote it: {str(e['value'])!r})")
+        env.append((name, e["value"]))
     _unique([n for n, _ in env], ("env",), "name", r)
+    return tuple(env)
 
-    serve = r.mapping(top["serve"], ("serve",), {"model", "args"})
+
+def _serve_args(items: list[Any], r: _Reader) -> tuple[tuple[str, str | None], ...]:
     args: list[tuple[str, str | None]] = []
-    for where, item in r.items(serve["args"], ("serve", "args")):
+    for i, item in enumerate(items):
         if isinstance(item, dict) and len(item) == 1:
             option, value = next(iter(item.items()))
             if not isinstance(value, str):
-                raise r.fail(where, f"the value of {option} must be a string (quote it: {str(value)!r})")
+                raise r.fail(("serve", "args", i), f"the value of {option} must be a string (quote it: {str(value)!r})")
         else:
             option, value = item, None
         if not isinstance(option, str) or not option.startswith("-") or " " in option:
-            raise r.fail(where, "a serve argument is an option (--opt) or a one-key mapping {--opt: value}")
+            raise r.fail(
+                ("serve", "args", i), "a serve argument is an option (--opt) or a one-key mapping {--opt: value}"
+            )
         args.append((option, value))
+    return tuple(args)
 
-    rules = []
-    for where, item in r.items(top["rules"], ("rules",), empty=True):
+
+def _rules(items: list[Any], r: _Reader) -> tuple[dict[str, Any], ...]:
+    for i, item in enumerate(items):
         if isinstance(item, dict):  # the rule's own keys here; its conditions are the rulebook's vocabulary
-            r.keys(item, where, rulebook.RULE_KEYS)
+            schema.check_keys(item, RULE_TABLE, ("rules", i), schema.YAML, r.fail)
         try:
             rulebook.validate(item)
         except rulebook.RuleError as exc:
-            raise r.fail((*where, *exc.where), f"rule: {exc.message}") from None
-        rules.append(item)
-    _unique([rule["id"] for rule in rules], ("rules",), "id", r)
-
-    upstream = None
-    if top.get("upstream") is not None:
-        up = r.mapping(top["upstream"], ("upstream",), {"file", "variant"}, {"strategy", "features"})
-        upstream = Upstream(
-            file=r.string(up["file"], ("upstream", "file")),
-            variant=r.string(up["variant"], ("upstream", "variant")),
-            strategy=r.string(up["strategy"], ("upstream", "strategy")) if "strategy" in up else None,
-            features=r.strings(up.get("features", []), ("upstream", "features")),
-        )
-
-    verify = read_verify(top["verify"], r.fail) if top.get("verify") is not None else None
-
-    return Recipe(
-        path=path,
-        shown=shown,
-        title=r.string(meta["title"], ("meta", "title")),
-        slug=r.string(meta["slug"], ("meta", "slug"), SLUG, "a slug (lower-case letters, digits, '.', '-', '_')"),
-        page=r.string(meta["page"], ("meta", "page")),
-        description=" ".join(str(meta.get("description") or "").split()),
-        model=r.string(model["id"], ("model", "id")),
-        variant=r.string(model["variant"], ("model", "variant")),
-        model_description=" ".join(str(model.get("description") or "").split()),
-        device=r.string(hardware["device"], ("hardware", "device")),
-        cards=r.positive(hardware["cards"], ("hardware", "cards")),
-        layout={**sizes, "expert_parallel": expert},
-        release=r.string(image["release"], ("image", "release")),
-        commits=dict(commits),
-        gaudi_sw=r.string(image["gaudi_sw"], ("image", "gaudi_sw")) if "gaudi_sw" in image else None,
-        profile=r.string(fixes["profile"], ("fixes", "profile")),
-        opt_ins=r.strings(fixes.get("opt_ins", []), ("fixes", "opt_ins")),
-        depends_on=tuple(depends_on),
-        env=tuple(env),
-        serve_model=r.string(serve["model"], ("serve", "model")),
-        serve_args=tuple(args),
-        rules=tuple(rules),
-        upstream=upstream,
-        verify=verify,
-        lines=lines,
-    )
+            raise r.fail(("rules", i, *exc.where), f"rule: {exc.message}") from None
+    _unique([rule["id"] for rule in items], ("rules",), "id", r)
+    return tuple(items)
 
 
 def _unique(values: list[str], where: Where, key: str, r: _Reader) -> None:

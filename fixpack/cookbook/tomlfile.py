@@ -15,7 +15,7 @@ else:  # pragma: no cover - Python 3.10
 
 from ..errors import UsageError
 
-__all__ = ["tomllib", "read", "field", "quote", "invalid"]
+__all__ = ["tomllib", "read", "quote", "invalid"]
 
 
 def invalid(where: Path, reason: str) -> UsageError:
@@ -32,14 +32,3 @@ def read(path: Path) -> dict[str, Any]:
 def quote(value: str | list[str]) -> str:
     """A TOML basic string or array of them (JSON's escapes are TOML's)."""
     return json.dumps(value)
-
-
-def field(data: dict[str, Any], key: str, kind: type[Any], where: Path, default: Any = ...) -> Any:
-    if key not in data:
-        if default is ...:
-            raise invalid(where, f"missing {key!r}")
-        return default
-    value = data[key]
-    if not isinstance(value, kind) or (kind is list and not all(isinstance(v, str) for v in value)):
-        raise invalid(where, f"{key!r} must be a {kind.__name__}" + (" of strings" if kind is list else ""))
-    return value
