@@ -26,6 +26,8 @@ round numbered from a ticket counter in the store: the ranks of one group take t
 lazily, since only a vLLM rank calls this.
 """
 
+from __future__ import annotations
+
 import json
 import logging
 import os
@@ -35,6 +37,16 @@ import weakref
 from datetime import timedelta
 
 from . import fixset
+
+# Every vLLM rank imports this module, after torch loaded ``__future__``: the names
+# below are for mypy only, never imported there.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from types import ModuleType
+    from typing import Any
+
+    from torch.distributed import ProcessGroup, Store
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 INDEX = os.path.join(HERE, "index.json")
@@ -48,7 +60,7 @@ DEFAULT_TIMEOUT = 120.0
 PREFIX = "fixpack/agree/1"
 
 log = logging.getLogger("vllm.fixpack")
-_agreed: list = []  # a weak reference to the default group agreed in: once per process group
+_agreed: list[weakref.ref[ProcessGroup]] = []  # a weak reference to the default group agreed in: once per process group
 
 
 def _timeout() -> float:
@@ -62,7 +74,7 @@ def _timeout() -> float:
     return value
 
 
-def _default_store(c10d):
+def _default_store(c10d: ModuleType) -> Store:
     # Private in torch; pinned to what torch 2.13 offers: the store init_process_group made.
     getter = getattr(c10d, "_get_default_store", None)
     if getter is None:
@@ -75,7 +87,7 @@ def _default_store(c10d):
     return getter()
 
 
-def _own_record(rank):
+def _own_record(rank: int) -> dict[str, Any]:
     """This rank's record: its digest only while its patched files hold their hashes (``fixset``,
     as the runtime check read them in this process); otherwise none, and the files that drifted."""
     with open(INDEX, "rb") as fh:
@@ -93,7 +105,7 @@ def _own_record(rank):
     }
 
 
-def spans(numbers):
+def spans(numbers: Iterable[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``0-2, 5``."""
     numbers = sorted(numbers)
     runs, start = [], None
@@ -106,30 +118,30 @@ def spans(numbers):
     return ", ".join(runs)
 
 
-def ranks_text(ranks):
+def ranks_text(ranks: Iterable[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``ranks 0-2, 5``."""
     ranks = list(ranks)
     return ("rank " if len(ranks) == 1 else "ranks ") + spans(ranks)
 
 
-def _where(records):
+def _where(records: Iterable[dict[str, Any]]) -> str:
     """Ranks by host: ``ranks 0-7 (node-a), rank 8 (node-b)``."""
-    hosts = {}
+    hosts: dict[str, list[int]] = {}
     for r in records:
         hosts.setdefault(r["host"], []).append(r["rank"])
     return ", ".join(f"{ranks_text(ranks)} ({host})" for host, ranks in sorted(hosts.items(), key=lambda h: min(h[1])))
 
 
-def _fix_set_text(digest, drifted):
+def _fix_set_text(digest: str | None, drifted: Sequence[str]) -> str:
     if digest is not None:
         return f"fix set {digest}"
     return f"no digest (drifted: {', '.join(drifted)})" if drifted else "no digest"
 
 
-def disagreement(records, silent, world, timeout):
+def disagreement(records: Iterable[dict[str, Any]], silent: Sequence[int], world: int, timeout: float) -> str | None:
     """The one message that stops the ranks, or None when every rank of ``world`` sent the same
     fix set. A rank with no digest (a patched file drifted there) agrees with none."""
-    groups = {}
+    groups: dict[tuple[str | None, tuple[str, ...], tuple[str, ...]], list[dict[str, Any]]] = {}
     for record in sorted(records, key=lambda r: r["rank"]):
         key = (record["digest"], tuple(record.get("drifted") or ()), tuple(record["fixes"]))
         groups.setdefault(key, []).append(record)
@@ -166,7 +178,9 @@ def disagreement(records, silent, world, timeout):
     )
 
 
-def _exchange(store, base, rank, world, record, timeout):
+def _exchange(
+    store: Store, base: str, rank: int, world: int, record: dict[str, Any], timeout: float
+) -> tuple[list[dict[str, Any]], list[int]]:
     """Write this rank's record, wait for the others': (records, silent ranks)."""
     store.set(f"{base}/{rank}", json.dumps(record))
     keys = [f"{base}/{r}" for r in range(world)]
@@ -180,7 +194,7 @@ def _exchange(store, base, rank, world, record, timeout):
     return records, silent
 
 
-def agree():
+def agree() -> None:
     """Called by vLLM's ensure_model_parallel_initialized (the fix fix-set-agreement) in every rank."""
     mode = os.environ.get(MODE_VARIABLE, "stop").strip().lower()
     if mode == "off":

@@ -32,6 +32,8 @@ the few patched files and nothing else. Copied out of fixpack (fixpack/runtime/c
 ``fixpack_runtime_check`` package by ``fixpack apply``.
 """
 
+from __future__ import annotations
+
 import json
 import logging
 import os
@@ -39,6 +41,13 @@ import sys
 import time
 
 from . import fixset
+
+# Every vLLM process runs this plugin, after torch loaded ``__future__``: the names
+# below are for mypy only, never imported there.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 INDEX = os.path.join(HERE, "index.json")
@@ -48,15 +57,15 @@ log = logging.getLogger("vllm.fixpack")
 _done: list[bool] = []
 
 
-def _short(digest):
+def _short(digest: str | None) -> str:
     return digest[:12] if digest else "absent"
 
 
-def problems(index, root, hashes):
+def problems(index: dict[str, Any], root: str, hashes: dict[str, str | None]) -> list[str]:
     """What is wrong in this process, as sentences; ``root``: the overlay folder (overlay mode);
     ``hashes``: absolute path -> sha256 as read now (``fixset.index_rows`` filled it)."""
 
-    def now(path):
+    def now(path: str) -> str | None:
         return hashes[path] if path in hashes else fixset.sha256_of(path)
 
     out = []
@@ -90,7 +99,7 @@ def problems(index, root, hashes):
     return out
 
 
-def recipe_findings(index, environ):
+def recipe_findings(index: dict[str, Any], environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
     """(refusals, warnings) of the recipe's rules recorded in the index, each as its one line."""
     rules = index.get("rules")
     if not rules:
@@ -102,7 +111,7 @@ def recipe_findings(index, environ):
     return [line for v, line in lines if v == "refuse"], [line for v, line in lines if v != "refuse"]
 
 
-def check():
+def check() -> None:
     """The entry point vLLM calls in each process."""
     mode = os.environ.get(MODE_VARIABLE, "stop").strip().lower()
     if mode == "off" or _done:
@@ -112,7 +121,7 @@ def check():
     try:
         with open(INDEX, "rb") as fh:
             index = json.loads(fh.read())
-        hashes = {}
+        hashes: dict[str, str | None] = {}
         drifted = fixset.drifted(fixset.index_rows(index, root, hashes))
         found = problems(index, root, hashes)
         refused, warned = recipe_findings(index, os.environ)

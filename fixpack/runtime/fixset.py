@@ -13,8 +13,19 @@ The hashes the runtime check reads are kept for the rest of the process (:func:`
 agreement, later in the same process, hashes nothing again.
 """
 
+from __future__ import annotations
+
 import hashlib
 import os
+
+# Copied into every vLLM process, run after torch loaded ``__future__``: the names
+# below are for mypy only, never imported there.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable
+    from typing import Any, TypeVar
+
+    Digest = TypeVar("Digest")  # a str in the runtime, fixpack's FixSet in ``fixpack status``
 
 __all__ = ["drifted", "reason", "vouched", "sha256_of", "index_rows", "remember", "remembered"]
 
@@ -22,7 +33,7 @@ __all__ = ["drifted", "reason", "vouched", "sha256_of", "index_rows", "remember"
 _held: list[tuple[str | None, list[str]]] = []
 
 
-def drifted(rows):
+def drifted(rows: Iterable[tuple[str, str | None, str | None]]) -> list[str]:
     """The paths, sorted and each once, of the rows whose file does not hold its recorded hash.
 
     ``rows``: (path, recorded sha256 or None, sha256 read now or None); None recorded is a file a
@@ -30,18 +41,18 @@ def drifted(rows):
     return sorted({path for path, recorded, now in rows if recorded != now})
 
 
-def vouched(digest, drifted_paths):
+def vouched(digest: Digest, drifted_paths: Collection[str]) -> Digest | None:
     """``digest`` where nothing drifted, else None."""
     return None if drifted_paths else digest
 
 
-def reason(drifted_paths):
+def reason(drifted_paths: Collection[str]) -> str:
     """Why there is no digest, in one phrase: ``2 files drifted: a.py, b.py``."""
     n = len(drifted_paths)
     return f"{n} file{'' if n == 1 else 's'} drifted: {', '.join(drifted_paths)}"
 
 
-def sha256_of(path):
+def sha256_of(path: str) -> str | None:
     """The sha256 of a file's bytes, or None when it is absent."""
     try:
         with open(path, "rb") as fh:
@@ -50,7 +61,9 @@ def sha256_of(path):
         return None
 
 
-def index_rows(index, root, hashes):
+def index_rows(
+    index: dict[str, Any], root: str, hashes: dict[str, str | None]
+) -> list[tuple[str, str | None, str | None]]:
     """The rule's rows for a runtime index (``fixpack_runtime_check/index.json``), keyed by the
     repository path; ``hashes``: absolute path -> sha256 now, filled as files are read.
 
@@ -58,7 +71,7 @@ def index_rows(index, root, hashes):
     must stay absent); in an overlay, the overlay's copy and the installed file it shadows."""
     overlay = index.get("mode") == "overlay"
 
-    def now(path):
+    def now(path: str) -> str | None:
         if path not in hashes:
             hashes[path] = sha256_of(path)
         return hashes[path]
@@ -75,12 +88,12 @@ def index_rows(index, root, hashes):
     return rows
 
 
-def remember(digest, drifted_paths):
+def remember(digest: str | None, drifted_paths: Iterable[str]) -> None:
     """Keep what the runtime check found for the rest of this process."""
     _held[:] = [(digest, list(drifted_paths))]
 
 
-def remembered(index, root):
+def remembered(index: dict[str, Any], root: str) -> tuple[str | None, list[str]]:
     """(digest or None, drifted paths) of this process: the runtime check's, or read now when it
     did not run here (a process that does not load vLLM's plugins)."""
     if _held:

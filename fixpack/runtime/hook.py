@@ -32,6 +32,17 @@ import logging
 import os
 import sys
 
+# Every Python start-up runs this file, before anything else has loaded ``__future__`` (which
+# ``from __future__ import annotations`` imports): annotations that Python 3.9 cannot evaluate are
+# strings instead, and the names below are for mypy only, never imported here.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from types import ModuleType
+    from typing import Any
+
+    from _typeshed.importlib import MetaPathFinderProtocol
+
 ROOT = os.path.dirname(os.path.realpath(__file__))
 INDEX = os.path.join(ROOT, "fixpack_runtime_check", "index.json")
 MODE_VARIABLE = "FIXPACK_RUNTIME_CHECK"  # stop (default) | warn | off
@@ -43,12 +54,12 @@ class OverlayDrift(RuntimeError):
     """The installed file a patched module shadows is not the one the overlay was built from."""
 
 
-def _mode():
+def _mode() -> str:
     mode = os.environ.get(MODE_VARIABLE, "stop").strip().lower()
     return mode if mode in ("warn", "off") else "stop"
 
 
-def _sha256(path):
+def _sha256(path: str) -> "str | None":
     try:
         with open(path, "rb") as fh:
             return hashlib.sha256(fh.read()).hexdigest()
@@ -56,7 +67,7 @@ def _sha256(path):
         return None
 
 
-def _short(digest):
+def _short(digest: "str | None") -> str:
     return digest[:12] if digest else "absent"
 
 
@@ -64,11 +75,11 @@ class _Loader(importlib.machinery.SourceFileLoader):
     """Reads the overlay's file (and its hash-based .pyc in the overlay's own __pycache__),
     checking the source against the hash recorded when the overlay was built."""
 
-    def __init__(self, fullname, path, expected):
+    def __init__(self, fullname: str, path: str, expected: str) -> None:
         super().__init__(fullname, path)
         self._expected = expected
 
-    def get_data(self, path):
+    def get_data(self, path: str) -> bytes:
         data = super().get_data(path)
         if path == self.path and _mode() != "off" and hashlib.sha256(data).hexdigest() != self._expected:
             message = (
@@ -85,11 +96,13 @@ class _Loader(importlib.machinery.SourceFileLoader):
 class OverlayFinder:
     """The overlay's meta path finder: the patched modules from the overlay, nothing else."""
 
-    def __init__(self, root, entries):
+    def __init__(self, root: str, entries: "dict[str, dict[str, Any]]") -> None:
         self.fixpack_overlay = root  # what the runtime check looks for
         self.entries = entries  # module name -> index entry
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(
+        self, fullname: str, path: "Sequence[str] | None" = None, target: "ModuleType | None" = None
+    ) -> "importlib.machinery.ModuleSpec | None":
         entry = self.entries.get(fullname)
         if entry is None:
             return None
@@ -118,7 +131,7 @@ class OverlayFinder:
         )
 
 
-def active():
+def active() -> "MetaPathFinderProtocol | None":
     """The overlay finder of this folder, if installed in this process."""
     for finder in sys.meta_path:
         if getattr(finder, "fixpack_overlay", None) == ROOT:
@@ -126,7 +139,7 @@ def active():
     return None
 
 
-def install():
+def install() -> None:
     """Put the finder first on sys.meta_path (once: a fork child already has it)."""
     if active() is not None:
         return
@@ -140,7 +153,7 @@ def install():
     sys.meta_path.insert(0, OverlayFinder(ROOT, entries))
 
 
-def chain():
+def chain() -> "ModuleType | None":
     """Run the next ``sitecustomize`` on sys.path after this folder, as ``site`` would have."""
     entries, seen = [], False
     for entry in sys.path:

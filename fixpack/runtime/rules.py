@@ -263,7 +263,7 @@ def names(cond: Mapping) -> list[tuple[str, str, tuple[str | int, ...]]]:
     return out
 
 
-def refusal(recipe: str, finding: Finding) -> str:
+def refusal(recipe: str | None, finding: Finding) -> str:
     """A finding as one line, the same at the entry point and in every vLLM process: the recipe,
     the rule and its message, quoted."""
     return f'recipe {recipe}, rule {finding.rule}: "{finding.message}"'
