@@ -20,7 +20,8 @@ ALLOWED = {
     # fixpack.runtime.rules: the recipes' rule evaluator, and fixpack.runtime.fixset: when a digest may
     # be reported; stdlib-only leaves the runtime check carries
     "fixpack.cookbook": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.runtime.rules"},
-    "fixpack.site": {"fixpack.core", "fixpack.models", "fixpack.errors"},
+    # fixpack.runtime.index: the runtime index's one reader and writer, which the plugin writes
+    "fixpack.site": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.runtime.index"},
     # commands/ in three wings, one per audience: install (what a container start and an operator
     # run on a site) is the base the other two may build on; maintain (a maintainer's, by job:
     # authoring, proving, porting, upstream, over history, trees and build-site) and recipes never
@@ -186,3 +187,16 @@ def test_git_runs_in_one_module():
                 if first.value == "git":
                     runs.add(_module_name(path))
     assert runs == {"fixpack.commands.maintain.history"}
+
+
+def test_the_runtime_index_has_one_reader_and_writer():
+    # its name is written once, in its owner; every other module reaches it through that module
+    named = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value == "index.json":
+                named.add(_module_name(path))
+    assert named == {"fixpack.runtime.index"}
+    users = {m for m, imports in GRAPH.items() if "fixpack.runtime.index" in imports}
+    # the overlay's hook loads it by its path, not by import (tests/test_runtime.py runs that path)
+    assert users == {"fixpack.runtime.check", "fixpack.runtime.agree", "fixpack.site.plugin"}

@@ -120,8 +120,35 @@ def test_the_check_is_cheap(cookbook, site, cli):
     code = LOAD + "\nprint(sorted(m for m in sys.modules if m.startswith(('vllm', 'fixpack_runtime'))))"
     out = py(code, site.path)
     assert out.returncode == 0, out.stderr
-    # the check and the rule for reporting a digest (fixset.py, which the agreement shares): no vLLM
-    assert out.stdout.strip().splitlines()[-1] == "['fixpack_runtime_check', 'fixpack_runtime_check.fixset']"
+    # the check, the rule for reporting a digest (fixset.py, which the agreement shares) and the
+    # index's reader (index.py): no vLLM
+    modules = "['fixpack_runtime_check', 'fixpack_runtime_check.fixset', 'fixpack_runtime_check.index']"
+    assert out.stdout.strip().splitlines()[-1] == modules
     ms = float(re.search(r"checked in ([\d.]+) ms", out.stdout).group(1))
     assert ms < 50, out.stdout
     assert sys.version_info >= (3, 9)
+
+
+def _with_format(path, value) -> None:
+    index = json.loads(path.read_text())
+    index["format"] = value
+    path.write_text(json.dumps(index))
+
+
+def test_an_index_of_another_format_is_the_checks_problem_line(cookbook, site, cli):
+    three_fixes(cookbook)
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
+    _with_format(site.path / "fixpack_runtime_check" / "index.json", 2)
+    out = py(LOAD, site.path)
+    assert out.returncode == 1 and "RuntimeError: fixpack:" in out.stderr, out.stderr
+    assert "index format 2; this fixpack reads format 1" in out.stderr
+
+
+def test_an_index_of_another_format_leaves_the_overlay_inactive_saying_why(cookbook, site, tmp_path):
+    three_fixes(cookbook)
+    overlay = tmp_path / "overlay"
+    assert apply_overlay(cookbook, site, overlay).returncode == 0
+    _with_format(overlay / "fixpack_runtime_check" / "index.json", 2)
+    out = py("import vllm_gaudi.runner as r; print(r.f2())", overlay, site.path)
+    assert out.stdout.split() == ["2"]  # the installed module: the finder is not there
+    assert "fixpack overlay: the index in" in out.stderr and "index format 2; this fixpack reads format 1" in out.stderr

@@ -37,6 +37,7 @@ import weakref
 from datetime import timedelta
 
 from . import fixset
+from . import index as index_file
 
 # Every vLLM rank imports this module, after torch loaded ``__future__``: the names
 # below are for mypy only, never imported there.
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup, Store
 
 HERE = os.path.dirname(os.path.realpath(__file__))
-INDEX = os.path.join(HERE, "index.json")
+INDEX = os.path.join(HERE, index_file.NAME)
 MODE_VARIABLE = "FIXPACK_RUNTIME_CHECK"  # stop (default) | warn | off
 TIMEOUT_VARIABLE = "FIXPACK_AGREE_TIMEOUT"
 # Ranks reach ensure_model_parallel_initialized within seconds of each other (creating vLLM's
@@ -90,8 +91,7 @@ def _default_store(c10d: ModuleType) -> Store:
 def _own_record(rank: int) -> dict[str, Any]:
     """This rank's record: its digest only while its patched files hold their hashes (``fixset``,
     as the runtime check read them in this process); otherwise none, and the files that drifted."""
-    with open(INDEX, "rb") as fh:
-        index = json.loads(fh.read())
+    index = index_file.read(INDEX)
     fix_set = index.get("fix_set") or {}
     digest, drifted = fixset.remembered(index, os.path.dirname(HERE))
     return {

@@ -34,13 +34,13 @@ the few patched files and nothing else. Copied out of fixpack (fixpack/runtime/c
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 import time
 
 from . import fixset
+from . import index as index_file
 
 # Every vLLM process runs this plugin, after torch loaded ``__future__``: the names
 # below are for mypy only, never imported there.
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 HERE = os.path.dirname(os.path.realpath(__file__))
-INDEX = os.path.join(HERE, "index.json")
+INDEX = os.path.join(HERE, index_file.NAME)
 MODE_VARIABLE = "FIXPACK_RUNTIME_CHECK"  # stop (default) | warn | off
 
 log = logging.getLogger("vllm.fixpack")
@@ -119,8 +119,7 @@ def check() -> None:
     start = time.perf_counter()
     root = os.path.dirname(HERE)
     try:
-        with open(INDEX, "rb") as fh:
-            index = json.loads(fh.read())
+        index = index_file.read(INDEX)
         hashes: dict[str, str | None] = {}
         drifted = fixset.drifted(fixset.index_rows(index, root, hashes))
         found = problems(index, root, hashes)

@@ -27,7 +27,6 @@ Standard library only; copied out of fixpack (fixpack/runtime/hook.py) by ``fixp
 import hashlib
 import importlib.machinery
 import importlib.util
-import json
 import logging
 import os
 import sys
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
     from _typeshed.importlib import MetaPathFinderProtocol
 
 ROOT = os.path.dirname(os.path.realpath(__file__))
-INDEX = os.path.join(ROOT, "fixpack_runtime_check", "index.json")
+PACKAGE = os.path.join(ROOT, "fixpack_runtime_check")
 MODE_VARIABLE = "FIXPACK_RUNTIME_CHECK"  # stop (default) | warn | off
 
 log = logging.getLogger("vllm.fixpack")
@@ -139,16 +138,32 @@ def active() -> "MetaPathFinderProtocol | None":
     return None
 
 
+def _index_reader() -> "ModuleType":
+    """The index's one reader (the plugin package's ``index.py``), loaded by its path: importing it
+    as ``fixpack_runtime_check.index`` would run the package's ``__init__``, the whole runtime check,
+    at every start-up. OSError when it cannot be loaded."""
+    path = os.path.join(PACKAGE, "index.py")
+    spec = importlib.util.spec_from_file_location("fixpack_runtime_check_index", path)
+    if spec is None or spec.loader is None:
+        raise OSError(f"{path} cannot be loaded")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except (SyntaxError, ImportError) as exc:
+        raise OSError(f"{path} cannot be loaded ({exc})") from None
+    return module
+
+
 def install() -> None:
     """Put the finder first on sys.meta_path (once: a fork child already has it)."""
     if active() is not None:
         return
     try:
-        with open(INDEX, "rb") as fh:
-            index = json.loads(fh.read())
+        reader = _index_reader()
+        index = reader.read(os.path.join(PACKAGE, reader.NAME))
         entries = {e["module"]: e for e in index["files"] if e.get("module")}
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        sys.stderr.write(f"fixpack overlay: {INDEX} cannot be read ({exc}); the overlay is not active\n")
+        sys.stderr.write(f"fixpack overlay: the index in {PACKAGE} cannot be read ({exc}); the overlay is not active\n")
         return
     sys.meta_path.insert(0, OverlayFinder(ROOT, entries))
 

@@ -11,12 +11,13 @@ its RECORD lists its files."""
 
 from __future__ import annotations
 
-import json
 import marshal
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from ..core.bytecode import compile_module, hash_based_pyc, pyc_path
+from ..runtime import index as index_file
 from .distributions import Distribution
 from .manifest import Manifest
 from .record import render_record, row_for
@@ -32,13 +33,14 @@ VERSION = "1"
 DIST_INFO = f"{PACKAGE}-{VERSION}.dist-info"
 GROUP = "vllm.general_plugins"
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"  # the code copied into the plugin and the overlay
-INDEX = f"{PACKAGE}/index.json"
+INDEX = f"{PACKAGE}/{index_file.NAME}"
 # The plugin's modules (path relative to the site -> file in fixpack/runtime): the check vLLM calls,
 # the rank agreement the fix fix-set-agreement calls from vLLM's distributed set-up, the rule for
-# when a digest may be reported, which both use, and the evaluator of a recipe's rules on the
-# environment, which the check runs.
+# when a digest may be reported, which both use, the evaluator of a recipe's rules on the
+# environment, which the check runs, and the index's reader, which they and the overlay's hook use.
 CODE = {
     f"{PACKAGE}/__init__.py": "check.py",
+    f"{PACKAGE}/index.py": "index.py",
     f"{PACKAGE}/agree.py": "agree.py",
     f"{PACKAGE}/fixset.py": "fixset.py",
     f"{PACKAGE}/rules.py": "rules.py",
@@ -71,21 +73,22 @@ def index(mode: str, manifest: Manifest, entries: list[IndexEntry]) -> bytes:
     """The index the runtime check (and an overlay's import hook) reads; see fixpack/runtime. It
     carries the fix-set identity of what ``manifest`` applies (digest and fixes), which the check logs."""
     fix_set = manifest.fix_set
-    data = {"format": 1, "mode": mode, "profile": manifest.profile, "release": manifest.release}
+    data: dict[str, Any] = {"mode": mode, "profile": manifest.profile, "release": manifest.release}
     data["fixes"] = list(manifest.fixes)
     data["fix_set"] = fix_set.to_json() if fix_set is not None else None
     data["files"] = [asdict(e) for e in sorted(entries, key=lambda e: e.path)]
     if manifest.recipe is not None:
         data["recipe"], data["rules"] = manifest.recipe, list(manifest.rules)
-    return (json.dumps(data, indent=1) + "\n").encode()
+    return index_file.dumps(data)
 
 
 def read_entries(raw: bytes | None) -> dict[str, IndexEntry]:
     """An index's entries by repository path; {} when there is none or it cannot be read (the
     callers then find every file unaccounted for)."""
+    if raw is None:
+        return {}
     try:
-        data = json.loads(raw or b"{}")
-        return {e["path"]: IndexEntry(**e) for e in data.get("files", [])}
+        return {e["path"]: IndexEntry(**e) for e in index_file.loads(raw).get("files", [])}
     except (ValueError, KeyError, TypeError, AttributeError):
         return {}
 
