@@ -7,7 +7,7 @@ distribution of its own beside the others. Every write goes through one journall
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from .destination import InstalledFile, Rebuilt, Rows, Stamp, Write
 from .distributions import Distribution, Environment
 from .layout import JOURNAL, MANIFEST
 from .manifest import Manifest
-from .record import records_after
+from .record import rewrite_record
 from .state import pristine_copy, read_file, read_manifest
 
 __all__ = ["InPlace"]
@@ -162,3 +162,59 @@ def _bytecode(patched: dict[Path, str], rebuilt: Rebuilt) -> list[Write]:
         if code is not None and content is not None and pyc is not None:
             out.append(Write(Path(pyc), hash_based_pyc(code, content)))
     return out
+
+
+def records_after(
+    dists: Sequence[Distribution],
+    state_dir: Path,
+    new: Manifest,
+    old: Manifest,
+    content: Mapping[str, bytes | None],
+    kept: Mapping[str, bytes],
+    runtime: Mapping[str, bytes],
+) -> tuple[list[Write], dict[str, str]]:
+    """Each installed (not editable) distribution's RECORD as pip must find it once ``new`` is
+    applied: the hashes of the files fixes changed (``content``: repository path -> bytes after),
+    the files they created, and, in the RECORD of the distribution whose site holds the state
+    directory, fixpack's state (the pristine copies ``kept``, the manifest, the runtime check's
+    files ``runtime`` by site-relative path), so that ``pip uninstall`` leaves nothing of fixpack
+    behind. The pip-written RECORD is kept beside the pristine copies and written back, byte for
+    byte, when the last fix goes. Returns the writes and each RECORD's hash for the manifest."""
+    bases: dict[str, tuple[Distribution, bytes | None, bytes]] = {}
+    for d in sorted({d.name: d for d in dists if not d.editable}.values(), key=lambda d: d.name):
+        current = read_file(d.dist_info / "RECORD")
+        stored = read_file(pristine_copy(state_dir, _kept_as(d)))
+        as_left = stored is not None and sha256(current) == old.records.get(d.dist_info.name)
+        base = stored if as_left else current  # pip wrote the RECORD that is there now: it is the base
+        if base is not None:
+            bases[d.dist_info.name] = (d, current, base)
+    owner = next((n for n, (d, _, _) in bases.items() if d.site == state_dir.parent), None)
+    state_rows = {_state_row(state_dir, p): c for p, c in kept.items()}
+    state_rows.update({_state_row(state_dir, _kept_as(d)): base for d, _, base in bases.values()})
+    state_rows.update(runtime)  # the runtime check goes with the state when pip uninstalls
+    writes, records = [], {}
+    for name, (d, current, base) in bases.items():
+        if new.empty:
+            record, keep = base, None
+        else:
+            changed = {p: content[p] for p, r in new.files.items() if r.dist == d.name}
+            extra = state_rows if name == owner else {}
+            unhashed = [_state_row(state_dir, MANIFEST)] if name == owner else []
+            record, keep = rewrite_record(base, {**changed, **extra}, unhashed), base
+            records[name] = sha256(record) or ""
+        if record != current:
+            writes.append(Write(d.dist_info / "RECORD", record))
+        if keep != read_file(pristine_copy(state_dir, _kept_as(d))):
+            writes.append(Write(pristine_copy(state_dir, _kept_as(d)), keep, same_as=d.dist_info / "RECORD"))
+    return writes, records
+
+
+def _kept_as(d: Distribution) -> str:
+    """Where a distribution's pip-written RECORD is kept among the pristine copies."""
+    return f"{d.dist_info.name}/RECORD"
+
+
+def _state_row(state_dir: Path, path: str) -> str:
+    """A state file's path as RECORD lists it: relative to the site that holds the state directory."""
+    full = pristine_copy(state_dir, path) if path != MANIFEST else state_dir / MANIFEST
+    return full.relative_to(state_dir.parent).as_posix()

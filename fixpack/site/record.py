@@ -1,7 +1,8 @@
-"""A distribution's ``RECORD`` (PEP 376 / the wheel spec): the writer that keeps it true to what is
-installed after fixes change, create or remove files, and the policy of which rows an in-place
-apply writes (:func:`records_after`). importlib.metadata reads it (``Distribution.files``); the
-hash it gives is turned into hex here."""
+"""A distribution's ``RECORD`` (PEP 376 / the wheel spec), the format alone: its rows as pip writes
+them, and a RECORD rewritten to stay true to what is installed after fixes change, create or
+remove files. importlib.metadata reads it (``Distribution.files``); the hash it gives is turned
+into hex here. Which rows an in-place apply writes is the in-place destination's policy
+(``inplace.records_after``)."""
 
 from __future__ import annotations
 
@@ -9,31 +10,8 @@ import base64
 import csv
 import hashlib
 import io
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Protocol
 
-from ..core.fingerprint import sha256
-from .layout import MANIFEST
-from .manifest import Manifest
-from .state import pristine_copy, read_file
-from .transaction import Write
-
-__all__ = ["sha256_hex", "render_record", "row_for", "rewrite_record", "records_after"]
-
-
-class Distribution(Protocol):
-    """What the RECORD policy reads of an installed distribution (``fixpack.site.distributions``
-    reads RECORD with this module, so it cannot be imported here)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def dist_info(self) -> Path: ...
-    @property
-    def site(self) -> Path: ...
-    @property
-    def editable(self) -> bool: ...
+__all__ = ["sha256_hex", "render_record", "row_for", "rewrite_record"]
 
 
 def sha256_hex(mode: str, value: str) -> str | None:
@@ -101,59 +79,3 @@ def _rows_of(text: str, path: str) -> list[tuple[int, int]]:
                 spans.append((start, len(text) if end == -1 else end + 1))
             start = text.find(head, start + 1)
     return spans
-
-
-def records_after(
-    dists: Sequence[Distribution],
-    state_dir: Path,
-    new: Manifest,
-    old: Manifest,
-    content: Mapping[str, bytes | None],
-    kept: Mapping[str, bytes],
-    runtime: Mapping[str, bytes],
-) -> tuple[list[Write], dict[str, str]]:
-    """Each installed (not editable) distribution's RECORD as pip must find it once ``new`` is
-    applied: the hashes of the files fixes changed (``content``: repository path -> bytes after),
-    the files they created, and, in the RECORD of the distribution whose site holds the state
-    directory, fixpack's state (the pristine copies ``kept``, the manifest, the runtime check's
-    files ``runtime`` by site-relative path), so that ``pip uninstall`` leaves nothing of fixpack
-    behind. The pip-written RECORD is kept beside the pristine copies and written back, byte for
-    byte, when the last fix goes. Returns the writes and each RECORD's hash for the manifest."""
-    bases: dict[str, tuple[Distribution, bytes | None, bytes]] = {}
-    for d in sorted({d.name: d for d in dists if not d.editable}.values(), key=lambda d: d.name):
-        current = read_file(d.dist_info / "RECORD")
-        stored = read_file(pristine_copy(state_dir, _kept_as(d)))
-        as_left = stored is not None and sha256(current) == old.records.get(d.dist_info.name)
-        base = stored if as_left else current  # pip wrote the RECORD that is there now: it is the base
-        if base is not None:
-            bases[d.dist_info.name] = (d, current, base)
-    owner = next((n for n, (d, _, _) in bases.items() if d.site == state_dir.parent), None)
-    state_rows = {_state_row(state_dir, p): c for p, c in kept.items()}
-    state_rows.update({_state_row(state_dir, _kept_as(d)): base for d, _, base in bases.values()})
-    state_rows.update(runtime)  # the runtime check goes with the state when pip uninstalls
-    writes, records = [], {}
-    for name, (d, current, base) in bases.items():
-        if new.empty:
-            record, keep = base, None
-        else:
-            changed = {p: content[p] for p, r in new.files.items() if r.dist == d.name}
-            extra = state_rows if name == owner else {}
-            unhashed = [_state_row(state_dir, MANIFEST)] if name == owner else []
-            record, keep = rewrite_record(base, {**changed, **extra}, unhashed), base
-            records[name] = sha256(record) or ""
-        if record != current:
-            writes.append(Write(d.dist_info / "RECORD", record))
-        if keep != read_file(pristine_copy(state_dir, _kept_as(d))):
-            writes.append(Write(pristine_copy(state_dir, _kept_as(d)), keep, same_as=d.dist_info / "RECORD"))
-    return writes, records
-
-
-def _kept_as(d: Distribution) -> str:
-    """Where a distribution's pip-written RECORD is kept among the pristine copies."""
-    return f"{d.dist_info.name}/RECORD"
-
-
-def _state_row(state_dir: Path, path: str) -> str:
-    """A state file's path as RECORD lists it: relative to the site that holds the state directory."""
-    full = pristine_copy(state_dir, path) if path != MANIFEST else state_dir / MANIFEST
-    return full.relative_to(state_dir.parent).as_posix()
