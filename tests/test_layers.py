@@ -200,3 +200,31 @@ def test_the_runtime_index_has_one_reader_and_writer():
     users = {m for m, imports in GRAPH.items() if "fixpack.runtime.index" in imports}
     # the overlay's hook loads it by its path, not by import (tests/test_runtime.py runs that path)
     assert users == {"fixpack.runtime.check", "fixpack.runtime.agree", "fixpack.site.plugin"}
+
+
+# The modules that parse or render a format fixpack keeps on disk (or reads of pip's), each the one
+# reader and writer of its format; a format's bytes are opened elsewhere only to be handed to it.
+FORMATS = {
+    "fixpack.site.manifest": "the manifest, .fixpack/manifest.json",
+    "fixpack.site.journal": "a transaction's journal, journal.json",
+    # the warm path runs before anything else is imported: it reads the manifest's stamp itself
+    "fixpack.site.warm": "the warm stamp, in the manifest",
+    "fixpack.site.record": "pip's RECORD (csv), which importlib.metadata reads",
+    "fixpack.site.commits": "pip's direct_url.json (PEP 610)",
+    "fixpack.runtime.index": "the runtime index, fixpack_runtime_check/index.json",
+    "fixpack.runtime.agree": "no file: each rank's record in torch's store",
+    "fixpack.core.identity": "no file: a fix set's identity, hashed",
+}
+
+
+def test_each_format_has_one_reader_and_writer():
+    calls = ("json.loads", "json.dumps", "json.load", "json.dump", "csv.reader", "csv.writer")
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        module = _module_name(path)
+        if module.startswith(("fixpack.site", "fixpack.runtime", "fixpack.core", "fixpack.commands.install")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                    if f"{node.value.id}.{node.attr}" in calls:
+                        found.add(module)
+    assert found == set(FORMATS)

@@ -12,6 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _LOCAL_SHA = re.compile(r"(?:^|[.+])g([0-9a-f]{7,40})(?:\.|$)")
 
@@ -46,13 +47,18 @@ def from_local_version(version: str) -> str | None:
     return match.group(1) if match else None
 
 
-def from_direct_url(text: str | None) -> str | None:
-    if not text:
-        return None
+def direct_url(text: str | None) -> dict[str, Any]:
+    """pip's ``direct_url.json`` (PEP 610) as a dict: its one reader; {} when absent or not an object."""
     try:
-        commit = json.loads(text).get("vcs_info", {}).get("commit_id")
-    except (ValueError, AttributeError):
-        return None
+        data = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def from_direct_url(text: str | None) -> str | None:
+    vcs = direct_url(text).get("vcs_info")
+    commit = vcs.get("commit_id") if isinstance(vcs, dict) else None
     return commit.lower() if isinstance(commit, str) else None
 
 

@@ -10,7 +10,6 @@ checkout its URL names.
 from __future__ import annotations
 
 import importlib.metadata as md
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -108,11 +107,9 @@ def _read_text(installed: md.Distribution, name: str) -> str | None:
 
 
 def _editable_root(installed: md.Distribution) -> Path | None:
-    try:
-        info = json.loads(_read_text(installed, "direct_url.json") or "{}")
-    except ValueError:
-        return None
-    if not isinstance(info, dict) or not info.get("dir_info", {}).get("editable"):
+    info = commits.direct_url(_read_text(installed, "direct_url.json"))
+    dir_info = info.get("dir_info")
+    if not isinstance(dir_info, dict) or not dir_info.get("editable"):
         return None
     url = urlparse(info.get("url", ""))
     return Path(unquote(url.path)) if url.scheme == "file" else None
