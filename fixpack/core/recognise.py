@@ -15,7 +15,7 @@ from . import patch
 from .fingerprint import sha256
 from .rebuild import parsed, reverse
 
-__all__ = ["Base", "base_of", "pristine_hash", "explain_drift", "explain_edit"]
+__all__ = ["Base", "base_of", "through_overlay", "pristine_hash", "explain_drift", "explain_edit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,19 @@ def base_of(
         what = f"changed after fixpack applied {', '.join(record.fixes)} (sha256 {now}, recorded {then})"
         return Base(None, (), FileState.DRIFTED, what)
     return Base(None, (), FileState.DRIFTED, "neither the pristine release file nor the patched one")
+
+
+def through_overlay(
+    original: bytes | None, copy: str | None, applied: str | None, pristine: str | None, fixes: tuple[str, ...]
+) -> Base:
+    """An installed file an overlay shadows, as a process with the overlay sees it: drifted when the
+    overlay's copy (sha256 ``copy``, recorded as ``applied``) or the installed ``original`` it was
+    built over (sha256 ``pristine``) changed since; else the original with ``fixes`` applied."""
+    if copy != applied:
+        return Base(None, (), FileState.DRIFTED, "the overlay's copy changed")
+    if sha256(original) != pristine:
+        return Base(None, (), FileState.DRIFTED, "the image changed under the overlay")
+    return Base(original, fixes, FileState.APPLIED if fixes else FileState.PRISTINE)
 
 
 def explain_drift(current: bytes | None, chain: list[Change]) -> str:

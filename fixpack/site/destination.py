@@ -1,37 +1,36 @@
-"""Where an apply's writes go. The plan, the recognised files and the rebuilt bytes are the same for
-every destination; a destination says what is applied there now, whether it still holds it, and
-turns the rebuilt files into its own write set, which it checks and commits all or nothing.
+"""Where an apply's writes go. The pipeline (``fixpack.commands.install.pipeline``) decides: it
+recognises the files, rebuilds them, judges what is applied and whether it still holds. A
+destination only reads what it holds and places the decided files: it turns the rebuilt files into
+its own write set, which it checks and commits all or nothing.
 
 Two implement it: ``fixpack.site.inplace.InPlace``, the installed site itself (with pristine
 copies, RECORD kept true and the runtime check beside the dist-info), and
 ``fixpack.site.overlay.Overlay``, a folder a process puts first on ``PYTHONPATH`` (patched copies
 of the modules, the import hook, the runtime check inside it). The install commands
-(``fixpack.commands.install``) are written once, over this protocol."""
+(``fixpack.commands.install``) are written once, over this protocol.
+
+The records it exchanges with the pipeline are frozen: built once, never filled in later."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from ..core import recognise
-from ..models import Change, FileRecord
-from .distributions import Distribution, Environment
+from ..models import FileRecord
+from .distributions import Distribution
 from .manifest import Manifest
 from .transaction import Write
 
-__all__ = ["Destination", "InstalledFile", "Rebuilt", "Rows", "Stamp", "Write"]
+__all__ = ["Destination", "Held", "InstalledFile", "Placement", "Rebuilt", "Shadow", "Write"]
 
 Counts = dict[str, list[tuple[str, int, int]]]  # fix id -> (path, lines added, removed) per file
-# (repository path, sha256 recorded, sha256 read now) per patched file: what fixpack.runtime.fixset judges
-Rows = list[tuple[str, str | None, str | None]]
-# The warm stamp of the all-applied state a write set leaves, from its targets (file -> hash after)
-Stamp = Callable[[dict[str, str | None]], "dict | None"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class InstalledFile:
     """One file the plan touches, as it is installed, and what it was recognised as."""
 
@@ -42,7 +41,7 @@ class InstalledFile:
     stored: bytes | None  # the pristine copy kept in the state directory, if any
 
 
-@dataclass
+@dataclass(frozen=True)
 class Rebuilt:
     """What a plan makes of the files it touches."""
 
@@ -50,6 +49,42 @@ class Rebuilt:
     records: dict[str, FileRecord]  # the manifest's record of each file a fix changes
     counts: Counts
     code: dict[str, bytes]  # each patched module's marshalled code object, when bytecode is written
+
+
+@dataclass(frozen=True)
+class Shadow:
+    """An overlay's copy of one installed file: as its index lists it, and its hash as read now."""
+
+    copy: str | None  # sha256 of the overlay's copy now (None: absent)
+    built: str | None  # sha256 of the copy as the index says it was built
+    original: Path | None  # the installed file it shadows
+    pristine: str | None  # sha256 of the original the overlay was built over
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a destination holds, as read under its lock."""
+
+    manifest: Manifest
+    # By repository path, the overlay's copy of each patched file; None where the fixes patch the
+    # installed files themselves (in place), which are then recognised against the manifest.
+    shadows: Mapping[str, Shadow] | None
+    # The hash each of the destination's own files (the runtime check, the hook) must have for it
+    # to hold the manifest (None: absent); None when it cannot hold it (a distribution it names is
+    # not installed).
+    own: Mapping[Path, str | None] | None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The decided files as a destination places them: its writes (the manifest aside), the
+    manifest as it will be recorded there, where that goes, and the hash every file it leaves must
+    have (the warm stamp's targets)."""
+
+    writes: tuple[Write, ...]
+    manifest: Manifest
+    manifest_at: Path
+    expected: Mapping[str, str | None]
 
 
 class Destination(Protocol):
@@ -64,44 +99,19 @@ class Destination(Protocol):
         """Roll back or finish an interrupted commit; a note when there was one."""
         ...
 
-    def admit(self, env: Environment, known: Container[str], cookbook: Path | str) -> None:
-        """Refuse (Refused) to be applied to over what ``env`` has applied elsewhere."""
+    def read(self, known: Container[str], cookbook: Path | str) -> Held:
+        """What it holds now."""
         ...
 
-    def manifest(self, known: Container[str], cookbook: Path | str) -> Manifest:
-        """What is applied there now."""
-        ...
-
-    def recorded(self, manifest: Manifest) -> Manifest:
-        """What the installed files are recognised against: the manifest where fixes patch them in
-        place, nothing where they are never patched (an overlay shadows them)."""
-        ...
-
-    def holds(self, manifest: Manifest, dists: Mapping[str, Distribution]) -> bool:
-        """Every file it was left with is as it was left, its own files (the runtime check, the
-        hook) included: only hashes read."""
-        ...
-
-    def still_applied(self, change: Change, files: Mapping[str, InstalledFile], manifest: Manifest) -> bool:
-        """``change`` is there already, with the same patch, in a file as it was left."""
-        ...
-
-    def rows(self, files: dict[str, InstalledFile], manifest: Manifest, dists: Mapping[str, Distribution]) -> Rows:
-        """Each patched file's recorded and current hash, for the digest rule; marks in ``files``
-        the ones that changed there since, so that their fixes read as drifted."""
-        ...
-
-    def writes(
+    def place(
         self,
         files: Mapping[str, InstalledFile],
         rebuilt: Rebuilt,
         new: Manifest,
         old: Manifest,
         dists: Mapping[str, Distribution],
-        stamp: Stamp | None = None,
-    ) -> list[Write]:
-        """The write set that leaves it holding ``new``: the files, their bytecode, its own files
-        and the manifest (with ``stamp``'s warm stamp when anything is written)."""
+    ) -> Placement:
+        """The writes that leave it holding ``new``: the files, their bytecode and its own files."""
         ...
 
     def check(self, writes: list[Write]) -> None:
@@ -110,8 +120,4 @@ class Destination(Protocol):
 
     def commit(self, writes: list[Write]) -> None:
         """``writes``, all or nothing."""
-        ...
-
-    def notes(self, manifest: Manifest) -> list[str]:
-        """What to tell the user about it once it holds ``manifest`` (how to use it, that it went)."""
         ...

@@ -12,10 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..core.bytecode import hash_based_pyc, pyc_path
-from ..core.fingerprint import patch_digest, sha256
-from ..models import Change
+from ..core.fingerprint import sha256
 from . import lock, plugin, transaction
-from .destination import InstalledFile, Rebuilt, Rows, Stamp, Write
+from .destination import Held, InstalledFile, Placement, Rebuilt, Write
 from .distributions import Distribution, Environment
 from .layout import JOURNAL, MANIFEST
 from .manifest import Manifest
@@ -29,18 +28,23 @@ class InPlace:
     """Writes into site-packages (or an editable checkout), with fixpack's state beside the dist-info.
 
     ``roots``: the folders a write may land in, by the name the journal gives them; the state
-    directory and the folder holding it are always two of them."""
+    directory and the folder holding it are always two of them. ``dists``: the distributions
+    installed there, whose files the runtime check lists."""
 
     where = "in this environment"
 
-    def __init__(self, state_dir: Path, roots: dict[str, Path] | None = None) -> None:
+    def __init__(
+        self, state_dir: Path, roots: dict[str, Path] | None = None, dists: Sequence[Distribution] = ()
+    ) -> None:
         self.state_dir = state_dir
         self.roots = {transaction.STATE: state_dir, transaction.SITE: state_dir.parent, **(roots or {})}
+        self.dists = tuple(dists)
 
     @classmethod
     def of(cls, env: Environment) -> InPlace:
         """The environment's site, with each distribution's root (an editable one's is its checkout)."""
-        return cls(env.state_dir, {f"dist:{d.name}": d.files_root for d in env.found.values()})
+        found = list(env.found.values())
+        return cls(env.state_dir, {f"dist:{d.name}": d.files_root for d in found}, found)
 
     @property
     def site(self) -> Path:
@@ -62,52 +66,26 @@ class InPlace:
         """Set an interrupted transaction's journal aside, files as they are; where it went."""
         return transaction.discard(self.state_dir)
 
-    def admit(self, env: Environment, known: Container[str], cookbook: Path | str) -> None:
-        return None  # what is applied here is this destination's own state
+    def read(self, known: Container[str], cookbook: Path | str) -> Held:
+        """The manifest, and the runtime check's files as it must find them (none where the
+        manifest names a distribution that is not installed: it cannot hold then)."""
+        manifest = read_manifest(self.state_dir, known, cookbook)
+        by_name = {d.name for d in self.dists}
+        if any(r.dist not in by_name for r in manifest.files.values()):
+            return Held(manifest, None, None)
+        own = plugin.in_place(self.site, manifest, list(self.dists))
+        return Held(manifest, None, {p: sha256(c) for p, c in own.items()})
 
-    def manifest(self, known: Container[str], cookbook: Path | str) -> Manifest:
-        return read_manifest(self.state_dir, known, cookbook)
-
-    def recorded(self, manifest: Manifest) -> Manifest:
-        return manifest
-
-    def holds(self, manifest: Manifest, dists: Mapping[str, Distribution]) -> bool:
-        for path, record in manifest.files.items():
-            dist = dists.get(record.dist)
-            if dist is None or sha256(read_file(dist.file(path))) != record.applied:
-                return False
-        wanted = plugin.in_place(self.site, manifest, list(dists.values()))
-        return all(read_file(p) == c for p, c in wanted.items())
-
-    def still_applied(self, change: Change, files: Mapping[str, InstalledFile], manifest: Manifest) -> bool:
-        if change.fix_id not in files[change.path].base.applied:
-            return False
-        steps = manifest.steps(change.path)
-        return not steps or (change.fix_id, patch_digest(change.patch)) in steps
-
-    def rows(self, files: dict[str, InstalledFile], manifest: Manifest, dists: Mapping[str, Distribution]) -> Rows:
-        """The patched files as installed: ``files`` recognised them already (read once)."""
-        out: Rows = []
-        for path, record in manifest.files.items():
-            f, dist = files.get(path), dists.get(record.dist)
-            if f is not None:
-                current = f.current
-            else:  # applied, but not among the files the fixes asked about touch
-                current = read_file(dist.file(path)) if dist is not None else None
-            out.append((path, record.applied, sha256(current)))
-        return out
-
-    def writes(
+    def place(
         self,
         files: Mapping[str, InstalledFile],
         rebuilt: Rebuilt,
         new: Manifest,
         old: Manifest,
         dists: Mapping[str, Distribution],
-        stamp: Stamp | None = None,
-    ) -> list[Write]:
-        """Targets and their bytecode, pristine copies, the runtime check's files, each
-        distribution's RECORD, and the manifest (with the warm stamp when anything is written)."""
+    ) -> Placement:
+        """Targets and their bytecode, pristine copies, the runtime check's files and each
+        distribution's RECORD; the manifest with those RECORDs' hashes."""
         content = rebuilt.new
         patched = {f.dist.file(path): path for path, f in files.items() if content[path] != f.current}
         targets = [Write(target, content[path]) for target, path in patched.items()]
@@ -124,18 +102,15 @@ class InPlace:
         record_writes, records = records_after(
             list(dists.values()), self.state_dir, new, old, {p: content[p] for p in new.files}, kept, rows
         )
-        writes += record_writes
-        new = replace(new, records=records)
-        if (targets or writes) and stamp is not None and not new.empty:
-            by_name = {d.name: d for d in dists.values()}
-            after = {str(by_name[r.dist].file(path)): r.applied for path, r in new.files.items()}
-            after.update({str(p): sha256(c) for p, c in runtime.items()})  # None: must stay absent
-            new = replace(new, warm=stamp(after))
-        if targets or writes or not new.same_content(old):
-            manifest = None if new.empty else new.to_bytes()
-            if manifest is not None or (self.state_dir / MANIFEST).exists():
-                writes.append(Write(self.state_dir / MANIFEST, manifest))
-        return [*targets, *_bytecode(patched, rebuilt), *writes]
+        by_name = {d.name: d for d in dists.values()}
+        expected = {str(by_name[r.dist].file(path)): r.applied for path, r in new.files.items()}
+        expected.update({str(p): sha256(c) for p, c in runtime.items()})  # None: must stay absent
+        return Placement(
+            (*targets, *_bytecode(patched, rebuilt), *writes, *record_writes),
+            replace(new, records=records),
+            self.state_dir / MANIFEST,
+            expected,
+        )
 
     def check(self, writes: list[Write]) -> None:
         transaction.check(self.state_dir, writes, self.roots)
@@ -148,9 +123,6 @@ class InPlace:
             transaction.commit(self.state_dir, writes, self.roots)
         finally:
             plugin.prune(self.site)
-
-    def notes(self, manifest: Manifest) -> list[str]:
-        return []
 
 
 def _bytecode(patched: dict[Path, str], rebuilt: Rebuilt) -> list[Write]:

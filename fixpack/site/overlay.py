@@ -29,21 +29,18 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Container, Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 
 from ..core.bytecode import hash_based_pyc, pyc_path
-from ..core.fingerprint import patch_digest, sha256
-from ..core.recognise import Base
+from ..core.fingerprint import sha256
 from ..errors import EnvironmentProblem, Refused
-from ..models import Change, FileState
 from . import confine, lock, plugin
-from .destination import InstalledFile, Rebuilt, Rows, Stamp, Write
-from .distributions import Distribution, Environment
+from .destination import Held, InstalledFile, Placement, Rebuilt, Shadow, Write
+from .distributions import Distribution
 from .files import CrashCounter, fsync_dir, write_synced
 from .layout import MANIFEST, STATE_DIR_NAME, aside_prefix
 from .manifest import Manifest
-from .state import read_file, read_manifest
+from .state import read_manifest
 from .warm import exec_command
 
 __all__ = ["Overlay", "MODULES", "HOOK", "activation", "exec_command"]
@@ -76,7 +73,7 @@ class Overlay:
     def is_overlay(self) -> bool:
         return (self.state_dir / MANIFEST).is_file()
 
-    def read(self, rel: str) -> bytes | None:
+    def _file(self, rel: str) -> bytes | None:
         try:
             return confine.inside(self.root, rel).read_bytes()
         except (FileNotFoundError, NotADirectoryError, EnvironmentProblem):
@@ -211,89 +208,38 @@ class Overlay:
 
     # -- what the install commands ask of a destination (fixpack.site.destination) ----------------
 
-    def admit(self, env: Environment, known: Container[str], cookbook: Path | str) -> None:
-        """An overlay is built over the installed release: not over fixes applied in place."""
-        if not env.state_dir.parent.is_dir():
-            return
-        installed = read_manifest(env.state_dir, known, cookbook)
-        if not installed.empty:
-            raise Refused(
-                f"{env.state_dir.parent} has fixes applied in place ({', '.join(installed.fixes)}): an overlay is "
-                "built over the installed release; use the in-place fixes, or fixpack revert them first"
-            )
-
-    def manifest(self, known: Container[str], cookbook: Path | str) -> Manifest:
-        return read_manifest(self.state_dir, known, cookbook) if self.is_overlay() else Manifest()
-
-    def recorded(self, manifest: Manifest) -> Manifest:
-        return Manifest()  # an overlay never patches the installed files: they are recognised as released
-
-    def entries(self) -> dict[str, plugin.IndexEntry]:
-        return plugin.read_entries(self.read(plugin.INDEX))
-
-    def _copy_hash(self, entry: plugin.IndexEntry | None) -> str | None:
-        return sha256(self.read(entry.file) if entry is not None and entry.file else None)
-
-    def holds(self, manifest: Manifest, dists: Mapping[str, Distribution]) -> bool:
-        entries = self.entries()
-        for path, record in manifest.files.items():
-            entry = entries.get(path)
-            if entry is None or entry.sha256 != record.applied or self._copy_hash(entry) != record.applied:
-                return False
-            if entry.original is None or sha256(read_file(Path(entry.original))) != entry.pristine:
-                return False
+    def read(self, known: Container[str], cookbook: Path | str) -> Held:
+        """The manifest; each patched file's copy, as the index lists it and as it is now, and the
+        installed file it shadows; the hook and the runtime check's code as they must be."""
+        if not self.is_overlay():
+            return Held(Manifest(), {}, {})
+        manifest = read_manifest(self.state_dir, known, cookbook)
+        entries = plugin.read_entries(self._file(plugin.INDEX))
+        shadows = {}
+        for path, entry in entries.items():
+            copy = sha256(self._file(entry.file)) if entry.file else None
+            original = Path(entry.original) if entry.original else None
+            shadows[path] = Shadow(copy, entry.sha256, original, entry.pristine)
         runtime = plugin.RUNTIME
-        return self.read(HOOK) == (runtime / "hook.py").read_bytes() and all(
-            self.read(rel) == (runtime / source).read_bytes() for rel, source in plugin.CODE.items()
-        )
+        own = {self.root / HOOK: sha256((runtime / "hook.py").read_bytes())}
+        own.update({self.root / rel: sha256((runtime / source).read_bytes()) for rel, source in plugin.CODE.items()})
+        return Held(manifest, shadows, own)
 
-    def still_applied(self, change: Change, files: Mapping[str, InstalledFile], manifest: Manifest) -> bool:
-        """The overlay's copy of the file still holds what it was built with, this change among it."""
-        if change.fix_id not in manifest.fixes or (change.fix_id, patch_digest(change.patch)) not in set(
-            manifest.steps(change.path)
-        ):
-            return False
-        record = manifest.files[change.path]
-        return self._copy_hash(self.entries().get(change.path)) == record.applied
-
-    def rows(self, files: dict[str, InstalledFile], manifest: Manifest, dists: Mapping[str, Distribution]) -> Rows:
-        """The overlay's copy of each patched file and the installed file it shadows. A file whose
-        copy or original changed reads as drifted; one as built reads as applied by its fixes."""
-        entries, out = self.entries(), []
-        for path, record in manifest.files.items():
-            entry = entries.get(path)
-            f = files.get(path)
-            if f is not None:
-                original = f.current
-            else:
-                original = read_file(Path(entry.original)) if entry is not None and entry.original else None
-            copy, pristine = self._copy_hash(entry), entry.pristine if entry is not None else None
-            out += [(path, record.applied, copy), (path, pristine, sha256(original))]
-            if f is None:
-                continue
-            if copy != record.applied:
-                f.base = Base(None, (), FileState.DRIFTED, "the overlay's copy changed")
-            elif sha256(original) != pristine:
-                f.base = Base(None, (), FileState.DRIFTED, "the image changed under the overlay")
-            else:
-                f.base = Base(original, record.fixes, FileState.APPLIED if record.fixes else FileState.PRISTINE)
-        return out
-
-    def writes(
+    def place(
         self,
         files: Mapping[str, InstalledFile],
         rebuilt: Rebuilt,
         new: Manifest,
         old: Manifest,
         dists: Mapping[str, Distribution],
-        stamp: Stamp | None = None,
-    ) -> list[Write]:
-        """Every file of the new overlay (none: the overlay goes), the manifest among them; the warm
-        stamp's targets are each overlay module and each installed file it shadows."""
+    ) -> Placement:
+        """Every file of the new overlay (none: the overlay goes); the warm stamp's targets are each
+        overlay module and each installed file it shadows."""
+        manifest_at = self.state_dir / MANIFEST
         if new.empty:
-            return []
+            return Placement((), new, manifest_at, {})
         out: dict[str, bytes] = {}
-        entries, targets = [], {}
+        entries, expected = [], {}
         for path, record in sorted(new.files.items()):
             if not path.endswith(".py") or plugin.module_name(path) is None:
                 raise Refused(
@@ -308,14 +254,14 @@ class Overlay:
                 code, pyc = rebuilt.code.get(path), pyc_path(rel)
                 if code is not None and pyc is not None:
                     out[pyc] = hash_based_pyc(code, content)
-                targets[str(self.root / rel)] = record.applied
+                expected[str(self.root / rel)] = record.applied
             f = files[path]
             original = f.dist.file(path)
             pristine = sha256(f.current)  # the installed bytes the overlay is built over
             entries.append(
                 plugin.IndexEntry(path, plugin.module_name(path), rel, record.applied, str(original), pristine)
             )
-            targets[str(original)] = pristine
+            expected[str(original)] = pristine
         hook = (plugin.RUNTIME / "hook.py").read_bytes()
         out[HOOK] = hook
         compiled = plugin.pyc(HOOK, hook)
@@ -323,13 +269,6 @@ class Overlay:
             out[compiled[0]] = compiled[1]
         out.update(plugin.files(plugin.index("overlay", new, entries)))
         for rel in (HOOK, plugin.INDEX, *plugin.CODE):
-            targets[str(self.root / rel)] = sha256(out[rel])
-        if stamp is not None:
-            new = replace(new, warm=stamp(targets))
-        out[f"{STATE_DIR_NAME}/{MANIFEST}"] = new.to_bytes()
-        return [Write(self.root / rel, content) for rel, content in out.items()]
-
-    def notes(self, manifest: Manifest) -> list[str]:
-        if manifest.empty:
-            return [f"no overlay at {self.root}"]
-        return [f"the overlay is {self.root}; to use it: {activation(self.root)}"]
+            expected[str(self.root / rel)] = sha256(out[rel])
+        writes = tuple(Write(self.root / rel, content) for rel, content in out.items())
+        return Placement(writes, new, manifest_at, expected)

@@ -27,16 +27,22 @@ from .pipeline import (
     already_applied,
     check_commits,
     destination,
+    holds,
     holds_plan,
     installed,
+    manifest_last,
     nothing_changed,
     open_state,
     pulled_in_notes,
     rebuild_files,
     recognise_files,
+    recognised_against,
     refuse_beside,
     refuse_drift,
+    refuse_overlay_over_in_place,
     refused_results,
+    still_applied,
+    usage_notes,
 )
 from .results import FixResult, Result
 from .stamping import Invocation, warm_stamp
@@ -84,9 +90,11 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
     commit_notes = check_commits(profile, dists, request.allow_unpinned)
     result.notes += commit_notes
     target = destination(env, request.overlay)
-    target.admit(env, catalog.fixes, catalog.root)
+    if request.overlay is not None:
+        refuse_overlay_over_in_place(env, catalog)
     with target.locked(create=not request.dry_run):
-        manifest = open_state(target, catalog, result.notes)
+        held = open_state(target, catalog, result.notes)
+        manifest = held.manifest
         if manifest.profile not in (None, profile.name):
             raise Refused(
                 f"profile {manifest.profile} (release {manifest.release}, {len(manifest.fixes)} fixes) is applied "
@@ -98,38 +106,35 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
         if gate is not None:
             result.notes += gate.judge(plan)
         recipe, rules = gate.record() if gate is not None else (None, ())
-        if holds_plan(manifest, plan, profile, (recipe, rules)) and target.holds(manifest, dists):
+        if holds_plan(manifest, plan, profile, (recipe, rules)) and holds(held, dists):
             result.fixes = already_applied(plan)
-            result.notes += target.notes(manifest)
+            result.notes += usage_notes(target, manifest)
             return pinned(result, plan, expected, manifest.fix_set)
-        recorded = target.recorded(manifest)
+        recorded = recognised_against(held)
         paths = list(dict.fromkeys([*plan.paths(), *recorded.files]))
         files = recognise_files(catalog.fixes, profile, dists, recorded, paths, target.state_dir)
         try:
             refuse_drift(files, plan, recorded.files)
             rebuilt = rebuild_files(plan, files, plan.fix_ids)
             for fix in plan.fixes:
-                done = all(target.still_applied(c, files, manifest) for c in fix.changes[profile.release])
+                done = all(still_applied(c, files, held) for c in fix.changes[profile.release])
                 action = Action.ALREADY_APPLIED if done else (Action.WOULD_APPLY if request.dry_run else Action.APPLIED)
                 pulled_in_by = plan.pulled_in.get(fix.id)
                 result.fixes.append(FixResult(fix.id, action, None, rebuilt.counts.get(fix.id, []), pulled_in_by))
             new = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records, recipe=recipe, rules=rules)
             refuse_unexpected(expected, new.fix_set, manifest.fix_set)
-            result.notes += target.notes(new)
-            invocation = request.invocation
-
-            def stamp(targets: dict[str, str | None]) -> dict | None:
-                """How the all-applied state this apply leaves is recognised next time."""
-                assert invocation is not None
-                notes = [*commit_notes, *pulled_in_notes(plan), *target.notes(new)]
-                done = Result("apply", profile.name, already_applied(plan), notes)
-                return warm_stamp(
-                    invocation, catalog, done, list(dists.values()), targets, target.state_dir, request.site,
-                    request.overlay,  # the stamp holds it as an absolute path
+            result.notes += usage_notes(target, new)
+            placement = target.place(files, rebuilt, new, manifest, dists)
+            warm = None
+            if request.invocation is not None and not request.dry_run and placement.writes and not new.empty:
+                # how the all-applied state this apply leaves is recognised next time
+                notes = [*commit_notes, *pulled_in_notes(plan), *usage_notes(target, new)]
+                done_result = Result("apply", profile.name, already_applied(plan), notes)
+                warm = warm_stamp(
+                    request.invocation, catalog, done_result, list(dists.values()), dict(placement.expected),
+                    target.state_dir, request.site, request.overlay,  # the stamp holds it as an absolute path
                 )  # fmt: skip
-
-            writing = invocation is not None and not request.dry_run
-            writes = target.writes(files, rebuilt, new, manifest, dists, stamp if writing else None)
+            writes = manifest_last(placement, manifest, warm)
             if request.dry_run:
                 target.check(writes)
                 return result

@@ -1,12 +1,18 @@
 """The install pipeline, the steps ``apply``, ``status`` and ``revert`` are recipes of: find what
 is installed and the destination, check its commits, recognise each file, rebuild the new contents
-(each patched module built and compiled here, in memory) for the destination to turn into its
-write set (``fixpack.site.destination``)."""
+(each patched module built and compiled here, in memory) for the destination to place
+(``fixpack.site.destination``).
+
+Every decision is taken here, from what the destination read (``Held``) and what it placed
+(``Placement``): whether it may be applied to, whether it still holds what it was left with, which
+fixes are still applied, each patched file's hashes for the digest rule, the warm stamp and the
+manifest written last."""
 
 from __future__ import annotations
 
 import marshal
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from ...cookbook.catalog import Catalog
@@ -17,24 +23,35 @@ from ...core.plan import pack_chain
 from ...errors import FixpackError, Refused
 from ...models import Action, Change, FileRecord, FileState, Fix, Plan, Profile
 from ...site import commits
-from ...site.destination import Destination, InstalledFile, Rebuilt
+from ...site.destination import Destination, Held, InstalledFile, Placement, Rebuilt, Write
 from ...site.distributions import Distribution, Environment
 from ...site.inplace import InPlace
 from ...site.manifest import Manifest
-from ...site.overlay import Overlay
-from ...site.state import pristine_copy, read_file
+from ...site.overlay import Overlay, activation
+from ...site.state import pristine_copy, read_file, read_manifest
 from .results import FixResult
+
+# (repository path, sha256 recorded, sha256 read now) per patched file: what fixpack.runtime.fixset judges
+Rows = list[tuple[str, str | None, str | None]]
 
 __all__ = [
     "destination",
     "installed",
     "check_commits",
     "refuse_beside",
+    "refuse_overlay_over_in_place",
     "open_state",
+    "recognised_against",
     "recognise_files",
+    "through_overlay",
     "refuse_drift",
     "rebuild_files",
     "holds_plan",
+    "holds",
+    "still_applied",
+    "rows",
+    "usage_notes",
+    "manifest_last",
     "fix_state",
     "nothing_changed",
     "pulled_in_notes",
@@ -65,6 +82,18 @@ def refuse_beside(catalog: Catalog, profile: Profile, env: Environment) -> None:
                 f"{dist} {found.version} is installed in {found.site}: profile {profile.name} would leave its "
                 f"code unfixed; apply profile {other}, which patches both"
             )
+
+
+def refuse_overlay_over_in_place(env: Environment, catalog: Catalog) -> None:
+    """An overlay is built over the installed release: refuse it over fixes applied in place."""
+    if not env.state_dir.parent.is_dir():
+        return
+    applied = read_manifest(env.state_dir, catalog.fixes, catalog.root)
+    if not applied.empty:
+        raise Refused(
+            f"{env.state_dir.parent} has fixes applied in place ({', '.join(applied.fixes)}): an overlay is "
+            "built over the installed release; use the in-place fixes, or fixpack revert them first"
+        )
 
 
 def check_commits(profile: Profile, dists: dict[str, Distribution], allow_unpinned: bool) -> list[str]:
@@ -107,6 +136,12 @@ def check_commits(profile: Profile, dists: dict[str, Distribution], allow_unpinn
                 raise Refused(message + " (--allow-unpinned applies anyway if every fingerprint holds)")
             notes.append(message + "; going on (--allow-unpinned): every fingerprint must hold")
     return notes
+
+
+def recognised_against(held: Held) -> Manifest:
+    """What the installed files are recognised against: the manifest where the fixes patch them in
+    place; the release where an overlay shadows them (they are never patched)."""
+    return held.manifest if held.shadows is None else Manifest()
 
 
 def recognise_files(
@@ -173,18 +208,21 @@ def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[st
     the code of each patched module. Raises Refused for a change that does not apply or, once
     every file is built, for a result that does not compile (naming the last change to it)."""
     chains = {path: [pc.change for pc in plan.changes_for(path) if pc.change.fix_id in fix_ids] for path in files}
-    out = Rebuilt({path: rebuild.build(f.base.pristine, chains[path]) for path, f in files.items()}, {}, {}, {})
+    new = {path: rebuild.build(f.base.pristine, chains[path]) for path, f in files.items()}
+    records: dict[str, FileRecord] = {}
+    counts: dict[str, list[tuple[str, int, int]]] = {}
+    compiled: dict[str, bytes] = {}
     keep = writes_bytecode()
     for path, f in files.items():
-        changes, content = chains[path], out.new[path]
+        changes, content = chains[path], new[path]
         if not changes:  # the file goes back to the release's bytes, recognised by their hash
             continue
         code, problem = rebuild.compiled(path, content)
         if problem:
             raise rebuild.failed(changes[-1], f"the result does not compile: {problem}")
         if code is not None and keep:
-            out.code[path] = marshal.dumps(code)
-        out.records[path] = FileRecord(
+            compiled[path] = marshal.dumps(code)
+        records[path] = FileRecord(
             f.dist.name,
             sha256(f.base.pristine),
             sha256(content),
@@ -192,8 +230,8 @@ def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[st
             tuple(patch_digest(c.patch) for c in changes),
         )
         for c in changes:
-            out.counts.setdefault(c.fix_id, []).append((path, *rebuild.line_counts(c)))
-    return out
+            counts.setdefault(c.fix_id, []).append((path, *rebuild.line_counts(c)))
+    return Rebuilt(new, records, counts, compiled)
 
 
 def nothing_changed(refused: Refused) -> Refused:
@@ -227,13 +265,13 @@ def refused_results(plan: Plan, refused: FixpackError) -> list[FixResult]:
     return out
 
 
-def open_state(destination: Destination, catalog: Catalog, notes: list[str]) -> Manifest:
+def open_state(destination: Destination, catalog: Catalog, notes: list[str]) -> Held:
     """The first step under the lock: roll back an interrupted transaction (saying so), then read
     what is applied."""
     recovered = destination.recover()
     if recovered:
         notes.append(recovered)
-    return destination.manifest(catalog.fixes, catalog.root)
+    return destination.read(catalog.fixes, catalog.root)
 
 
 def holds_plan(manifest: Manifest, plan: Plan, profile: Profile, recipe: tuple[str | None, tuple]) -> bool:
@@ -248,6 +286,99 @@ def holds_plan(manifest: Manifest, plan: Plan, profile: Profile, recipe: tuple[s
         == manifest.steps(path)
         for path in plan.paths()
     )
+
+
+def holds(held: Held, dists: Mapping[str, Distribution]) -> bool:
+    """Every file the destination was left with is as it was left, its own files (the runtime
+    check, the hook) included: only hashes read. In an overlay, each copy as built and each
+    installed file it shadows as it was built over."""
+    if held.own is None:
+        return False
+    for path, record in held.manifest.files.items():
+        if held.shadows is None:
+            dist = dists.get(record.dist)
+            if dist is None or sha256(read_file(dist.file(path))) != record.applied:
+                return False
+            continue
+        shadow = held.shadows.get(path)
+        if shadow is None or shadow.built != record.applied or shadow.copy != record.applied:
+            return False
+        if shadow.original is None or sha256(read_file(shadow.original)) != shadow.pristine:
+            return False
+    return all(sha256(read_file(path)) == expected for path, expected in held.own.items())
+
+
+def still_applied(change: Change, files: Mapping[str, InstalledFile], held: Held) -> bool:
+    """``change`` is there already, with the same patch: in place, in the file as recognised; in
+    an overlay, in its copy as built."""
+    manifest, step = held.manifest, (change.fix_id, patch_digest(change.patch))
+    steps = manifest.steps(change.path)
+    if held.shadows is None:
+        return change.fix_id in files[change.path].base.applied and (not steps or step in steps)
+    if change.fix_id not in manifest.fixes or step not in steps:
+        return False
+    shadow = held.shadows.get(change.path)
+    return shadow is not None and shadow.copy == manifest.files[change.path].applied
+
+
+def through_overlay(files: Mapping[str, InstalledFile], held: Held) -> dict[str, InstalledFile]:
+    """The files as a process with the overlay sees them: each one the overlay carries recognised
+    through its copy (``recognise.through_overlay``), the others as installed."""
+    out = dict(files)
+    for path, record in held.manifest.files.items():
+        f = files.get(path)
+        if f is None or held.shadows is None:
+            continue
+        shadow = held.shadows.get(path)
+        copy, pristine = (shadow.copy, shadow.pristine) if shadow is not None else (None, None)
+        base = recognise.through_overlay(f.current, copy, record.applied, pristine, record.fixes)
+        out[path] = replace(f, base=base)
+    return out
+
+
+def rows(held: Held, files: Mapping[str, InstalledFile], dists: Mapping[str, Distribution]) -> Rows:
+    """Each patched file's recorded and current hash, for the digest rule: in place, the installed
+    file; in an overlay, its copy and the installed file it shadows. ``files`` were read already;
+    the others are read here."""
+    out: Rows = []
+    for path, record in held.manifest.files.items():
+        f = files.get(path)
+        if held.shadows is None:
+            dist = dists.get(record.dist)
+            current = f.current if f is not None else read_file(dist.file(path)) if dist is not None else None
+            out.append((path, record.applied, sha256(current)))
+            continue
+        shadow = held.shadows.get(path)
+        if f is not None:
+            original = f.current
+        else:
+            original = read_file(shadow.original) if shadow is not None and shadow.original is not None else None
+        copy, pristine = (shadow.copy, shadow.pristine) if shadow is not None else (None, None)
+        out += [(path, record.applied, copy), (path, pristine, sha256(original))]
+    return out
+
+
+def usage_notes(target: Destination, manifest: Manifest) -> list[str]:
+    """What to tell the user about the destination once it holds ``manifest``: for an overlay, how
+    to use it, or that it went."""
+    if not isinstance(target, Overlay):
+        return []
+    if manifest.empty:
+        return [f"no overlay at {target.root}"]
+    return [f"the overlay is {target.root}; to use it: {activation(target.root)}"]
+
+
+def manifest_last(placement: Placement, old: Manifest, warm: dict | None = None) -> list[Write]:
+    """The placement's writes with the manifest last (``warm``: the stamp it records): written when
+    anything else is or what it records changed; removed when nothing is applied any more."""
+    manifest = placement.manifest if warm is None else replace(placement.manifest, warm=warm)
+    writes = list(placement.writes)
+    if writes or not manifest.same_content(old):
+        if not manifest.empty:
+            writes.append(Write(placement.manifest_at, manifest.to_bytes()))
+        elif not old.empty:
+            writes.append(Write(placement.manifest_at, None))
+    return writes
 
 
 def fix_state(fix: Fix, release: str, files: Mapping[str, InstalledFile]) -> FileState | str:

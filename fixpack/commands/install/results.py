@@ -14,7 +14,7 @@ from ...site.manifest import Manifest
 __all__ = ["FixResult", "Result", "StatusResult"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class FixResult:
     id: str
     action: Action
@@ -25,7 +25,10 @@ class FixResult:
 
 @dataclass
 class Result:
-    """An apply or revert: one line per fix, notes worth a line (commits, recovery), and the error."""
+    """An apply or revert: one line per fix, notes worth a line (commits, recovery), and the error.
+
+    Left mutable on purpose: a command fills in its own result as it goes (notes as they are said,
+    the fixes once judged, the error where it stops); it never crosses into a destination."""
 
     command: str
     profile: str | None

@@ -13,7 +13,18 @@ from ...errors import Refused, UsageError
 from ...models import Action
 from ...site.distributions import Environment
 from ...site.manifest import Manifest
-from .pipeline import destination, installed, nothing_changed, open_state, rebuild_files, recognise_files, refuse_drift
+from .pipeline import (
+    destination,
+    installed,
+    manifest_last,
+    nothing_changed,
+    open_state,
+    rebuild_files,
+    recognise_files,
+    recognised_against,
+    refuse_drift,
+    usage_notes,
+)
 from .results import FixResult, Result
 from .status import all_pins
 
@@ -30,7 +41,8 @@ def revert(
         return result
     target = destination(env, overlay)
     with target.locked():
-        manifest = open_state(target, catalog, result.notes)
+        held = open_state(target, catalog, result.notes)
+        manifest = held.manifest
         if manifest.empty:
             result.notes.append(f"nothing is applied {target.where}")
             return result
@@ -43,7 +55,7 @@ def revert(
                 )
         removing = with_dependents(catalog.fixes, set(names or manifest.fixes), manifest.fixes)
         keep = tuple(f for f in manifest.fixes if f not in removing)
-        recorded = target.recorded(manifest)
+        recorded = recognised_against(held)
         plan = resolve(catalog.fixes, profile, (), keep=manifest.fixes)
         # The files to rebuild: every file the fixes patched where they patch in place (each goes
         # back to its release bytes or to what the kept fixes make of it); in an overlay, only the
@@ -56,7 +68,7 @@ def revert(
             refuse_drift(files, plan, recorded.files)
             rebuilt = rebuild_files(plan, files, keep)
             new = Manifest(profile.name, profile.release, keep, rebuilt.records) if keep else Manifest()
-            writes = target.writes(files, rebuilt, new, manifest, dists)
+            writes = manifest_last(target.place(files, rebuilt, new, manifest, dists), manifest)
         except Refused as refused:
             result.error = nothing_changed(refused)
             return result
@@ -69,5 +81,5 @@ def revert(
             target.check(writes)
         else:
             target.commit(writes)
-            result.notes += target.notes(new)
+            result.notes += usage_notes(target, new)
     return result

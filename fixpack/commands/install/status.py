@@ -9,7 +9,17 @@ from ...cookbook.catalog import Catalog
 from ...errors import EnvironmentProblem
 from ...runtime import fixset
 from ...site.distributions import Environment
-from .pipeline import destination, fix_state, installed, open_state, recognise_files
+from .pipeline import (
+    destination,
+    fix_state,
+    installed,
+    open_state,
+    recognise_files,
+    recognised_against,
+    rows,
+    through_overlay,
+    usage_notes,
+)
 from .results import StatusResult
 
 __all__ = ["status", "all_pins", "site_profile"]
@@ -45,8 +55,9 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None, overla
     notes: list[str] = []
     target = destination(env, overlay)
     with target.locked():
-        manifest = open_state(target, catalog, notes)
-    notes += target.notes(manifest)
+        held = open_state(target, catalog, notes)
+    manifest = held.manifest
+    notes += usage_notes(target, manifest)
     name = profile_name or manifest.profile
     if name is None:
         return StatusResult(None, list(env.found.values()), [], notes, manifest)
@@ -54,8 +65,9 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None, overla
     _, dists = installed(profile, site)
     fix_ids = list(profile.pack) if profile_name else list(manifest.fixes)
     paths = list(dict.fromkeys(c.path for fid in fix_ids for c in catalog.fixes[fid].changes[profile.release]))
-    recorded = target.recorded(manifest)
-    files = recognise_files(catalog.fixes, profile, dists, recorded, paths, target.state_dir)
-    drifted = fixset.drifted(target.rows(files, manifest, dists))
+    files = recognise_files(catalog.fixes, profile, dists, recognised_against(held), paths, target.state_dir)
+    if held.shadows is not None:
+        files = through_overlay(files, held)
+    drifted = fixset.drifted(rows(held, files, dists))
     fixes = [(fid, fix_state(catalog.fixes[fid], profile.release, files)) for fid in fix_ids]
     return StatusResult(profile.name, list(env.found.values()), fixes, notes, manifest, drifted)

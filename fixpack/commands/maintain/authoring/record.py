@@ -229,7 +229,7 @@ def record(
     notes: list[str] = []
     destination = InPlace.of(env)
     with destination.locked():
-        manifest = open_state(destination, catalog, notes)
+        manifest = open_state(destination, catalog, notes).manifest
     if manifest.release not in (None, profile.release):
         raise Refused(f"this environment has fixes of release {manifest.release} applied, not {profile.release}")
 
