@@ -1,0 +1,55 @@
+"""A state file of a format this fixpack does not read: the manifest gets exit 2 and one line, the
+journal exit 3 and one line, nothing changed; a warm stamp of another format is no answer, and the
+re-run takes the full path to the same answer. (The runtime index's: tests/test_runtime.py.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from builders import run_cli
+from cookbooks import three_fixes, two_fixes
+from runs import apply_all, env_of, interrupted, one_line_error, took_fast_path
+
+
+@pytest.mark.parametrize("command", [("status",), ("apply", "--profile", "v0.26.0"), ("revert",)])
+def test_a_manifest_of_another_format_is_one_line_exit_2(cookbook, site, command):
+    two_fixes(cookbook)
+    assert run_cli("apply", "--profile", "v0.26.0", "--site", str(site.path), env=env_of(cookbook)).returncode == 0
+    manifest = site.path / ".fixpack" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["format"] = 99
+    manifest.write_text(json.dumps(data))
+    snapshot = site.snapshot()
+    r = run_cli(*command, "--site", str(site.path), env=env_of(cookbook))
+    assert r.returncode == 2
+    line = one_line_error(r.stderr)
+    assert "unreadable manifest" in line and "format 99" in line
+    assert site.snapshot() == snapshot
+
+
+def test_a_journal_of_another_format_is_one_line_exit_3(cookbook, site):
+    two_fixes(cookbook)
+    interrupted(cookbook, site)
+    journal = site.path / ".fixpack" / "journal" / "journal.json"
+    data = json.loads(journal.read_text())
+    data["format"] = 99
+    journal.write_text(json.dumps(data))
+    snapshot = site.snapshot()
+    r = run_cli("status", "--site", str(site.path), env=env_of(cookbook))
+    assert r.returncode == 3
+    line = one_line_error(r.stderr)
+    assert "cannot recover the interrupted transaction" in line and "format 99" in line
+    assert site.snapshot() == snapshot
+
+
+def test_a_warm_stamp_of_another_format_sends_the_rerun_down_the_full_path(cookbook, site):
+    three_fixes(cookbook)
+    assert apply_all(cookbook, site).returncode == 0
+    manifest = site.path / ".fixpack" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    assert data["warm"]["format"] != 99
+    data["warm"]["format"] = 99
+    manifest.write_text(json.dumps(data))
+    r = apply_all(cookbook, site)
+    assert r.returncode == 0 and not took_fast_path(r) and "3 already applied" in r.stdout
