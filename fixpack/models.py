@@ -22,7 +22,7 @@ __all__ = [
     "Fix",
     "Pin",
     "Profile",
-    "FileRecord",
+    "FileEntry",
     "PlannedChange",
     "Plan",
 ]
@@ -209,8 +209,8 @@ class Profile:
 
 
 @dataclass(frozen=True, slots=True)
-class FileRecord:
-    """What the manifest records of one patched file."""
+class FileEntry:
+    """The manifest's entry for one patched file (its ``files`` table)."""
 
     dist: str
     pristine: str | None  # sha256 of the release's file; None if the plan created it

@@ -10,7 +10,7 @@ from fixpack.core.fingerprint import of, sha256
 from fixpack.core.patch import render
 from fixpack.core.plan import applied_orders, chains, pack_chain, resolve, restrict, with_dependents
 from fixpack.errors import Refused, UsageError
-from fixpack.models import Change, FileRecord, FileState, Fingerprint, Fix, Pin, Profile, Proof, Upstream
+from fixpack.models import Change, FileEntry, FileState, Fingerprint, Fix, Pin, Profile, Proof, Upstream
 from fixpack.site.manifest import Manifest
 
 BASE = b"".join(b"def f%d():\n    return %d\n\n\n" % (i, i) for i in range(20))
@@ -177,7 +177,7 @@ def test_recognise_without_a_manifest(current, state, applied):
 
 def test_recognise_with_a_record_and_the_kept_copy():
     chain = [change("one", BASE, ONE), change("two", ONE, TWO)]
-    record = FileRecord("d", sha256(BASE), sha256(TWO), ("one", "two"))
+    record = FileEntry("d", sha256(BASE), sha256(TWO), ("one", "two"))
     assert recognise.base_of("pkg/m.py", TWO, record, chain, stored=BASE).applied == ("one", "two")
     # The patches changed since: the kept copy still gives the pristine bytes.
     other = [change("one", BASE, BASE.replace(b"return 9\n", b"return 90\n"))]
@@ -195,7 +195,7 @@ def test_explain_edit_shows_the_hand_edit():
 
 
 def test_manifest_round_trip():
-    files = {"pkg/m.py": FileRecord("d", sha256(BASE), sha256(TWO), ("one", "two"), ("p1", "p2"))}
+    files = {"pkg/m.py": FileEntry("d", sha256(BASE), sha256(TWO), ("one", "two"), ("p1", "p2"))}
     m = Manifest("p1", "r1", ("one", "two"), files, "2026-01-01T00:00:00+00:00", warm={"format": 1})
     again = Manifest.from_bytes(m.to_bytes())
     assert again == m and again.steps("pkg/m.py") == (("one", "p1"), ("two", "p2"))

@@ -34,7 +34,7 @@ def _methods(filename: str) -> dict[str, ast.FunctionDef]:
 
 
 def test_the_protocol_is_what_only_a_destination_can_do():
-    assert _members() == {"state_dir", "where", "locked", "recover", "read", "place", "check", "commit"}
+    assert _members() == {"state_dir", "where", "locked", "recover", "read", "place", "preflight", "commit"}
 
 
 def _trivial(fn: ast.FunctionDef) -> str | None:
@@ -71,7 +71,7 @@ def test_the_checker_sees_what_it_must():
 
 
 def test_no_callable_crosses_into_a_destination():
-    for name in ("read", "place", "check", "commit", "locked", "recover"):
+    for name in ("read", "place", "preflight", "commit", "locked", "recover"):
         hints = typing.get_type_hints(getattr(destination.Destination, name))
         for param, hint in hints.items():
             if param != "return":

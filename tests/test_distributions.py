@@ -14,7 +14,7 @@ import pytest
 from fixpack.errors import EnvironmentProblem
 from fixpack.site import plugin
 from fixpack.site.distributions import Environment, metadata_folders
-from fixpack.site.record import render_record, row_for
+from fixpack.site.pip_record import render_record, row_for
 
 PACKAGES = {"vllm": "vllm", "vllm-gaudi": "vllm_gaudi"}
 METADATA = (
@@ -119,7 +119,7 @@ def test_an_egg_info_is_read_from_its_pkg_info(tmp_path):
     install(tmp_path, "vllm_gaudi.egg-info", version="0.26.0", extra={"SOURCES.txt": b"vllm_gaudi/runner.py\n"})
     dist = Environment.read(PACKAGES, site=tmp_path).get("vllm-gaudi")
     assert (dist.version, dist.dist_info.name) == ("0.26.0", "vllm_gaudi.egg-info")
-    assert dist.record() == {}  # SOURCES.txt lists sources, not what was installed
+    assert dist.record_hashes() == {}  # SOURCES.txt lists sources, not what was installed
 
 
 @pytest.mark.parametrize(
@@ -158,7 +158,7 @@ def test_record_is_read_through_importlib_metadata(tmp_path):
     rows += [("vllm_gaudi/__pycache__/runner.cpython-311.pyc", "", ""), ("vllm_gaudi-0.26.0.dist-info/RECORD", "", "")]
     install(tmp_path, "vllm_gaudi-0.26.0.dist-info", extra={"RECORD": render_record(rows)})
     dist = Environment.read(PACKAGES, site=tmp_path).get("vllm-gaudi")
-    assert dist.record() == {
+    assert dist.record_hashes() == {
         "vllm_gaudi/runner.py": hashlib.sha256(runner).hexdigest(),
         "vllm_gaudi/a,b.py": hashlib.sha256(b"").hexdigest(),  # csv: the quoted comma is one field
         "vllm_gaudi/__pycache__/runner.cpython-311.pyc": None,
@@ -170,7 +170,7 @@ def test_record_is_read_through_importlib_metadata(tmp_path):
 
 def test_a_record_that_is_not_utf8_lists_nothing(tmp_path):
     install(tmp_path, "vllm_gaudi-0.26.0.dist-info", extra={"RECORD": b"vllm_gaudi/\xff.py,sha256=AAAA,1\n"})
-    assert Environment.read(PACKAGES, site=tmp_path).get("vllm-gaudi").record() == {}
+    assert Environment.read(PACKAGES, site=tmp_path).get("vllm-gaudi").record_hashes() == {}
 
 
 def test_direct_url_that_is_not_utf8_is_not_an_editable_install(tmp_path):

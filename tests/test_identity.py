@@ -14,7 +14,7 @@ from runs import apply_overlay
 from trees import snapshot
 
 from fixpack.core.identity import FixSet, fix_set, mismatch
-from fixpack.models import FileRecord
+from fixpack.models import FileEntry
 from fixpack.site.manifest import Manifest
 
 EXECUTOR = "vllm/executor.py"
@@ -58,9 +58,9 @@ def apply(cli, site, *args: str):
 
 def test_the_canonical_form_is_the_documented_json_and_holds_no_profile_name_path_or_mode():
     files = {
-        "vllm_gaudi/runner.py": FileRecord("vllm-gaudi", "p" * 64, "a" * 64, ("one",)),
-        "vllm/executor.py": FileRecord("vllm", "q" * 64, None, ("beta",)),
-        "vllm/sampler.py": FileRecord("vllm", "r" * 64, "b" * 64, ("one",)),
+        "vllm_gaudi/runner.py": FileEntry("vllm-gaudi", "p" * 64, "a" * 64, ("one",)),
+        "vllm/executor.py": FileEntry("vllm", "q" * 64, None, ("beta",)),
+        "vllm/sampler.py": FileEntry("vllm", "r" * 64, "b" * 64, ("one",)),
     }
     fs = fix_set("v0.26.0", ["one", "beta"], files)
     documented = (
@@ -72,7 +72,7 @@ def test_the_canonical_form_is_the_documented_json_and_holds_no_profile_name_pat
     assert fs.digest == hashlib.sha256(documented).hexdigest()[:16]
     assert fs.to_json() == {"digest": fs.digest, "fixes": ["one", "beta"]}
     # the pristine hash and the patch digests are not the code run: another one, the same digest
-    other = {p: FileRecord(r.dist, None, r.applied, r.fixes, ("x",)) for p, r in files.items()}
+    other = {p: FileEntry(r.dist, None, r.applied, r.fixes, ("x",)) for p, r in files.items()}
     assert fix_set("v0.26.0", ["one", "beta"], other).digest == fs.digest
     # two profiles of one release, the same fixes and bytes: the same digest
     a = Manifest("v0.26.0", "v0.26.0", ("one", "beta"), files)
@@ -82,13 +82,13 @@ def test_the_canonical_form_is_the_documented_json_and_holds_no_profile_name_pat
     assert fix_set("v0.27.0", ["one", "beta"], files).digest != fs.digest
     assert fix_set("v0.26.0", ["beta", "one"], files).digest != fs.digest
     assert fix_set("v0.26.0", ["one"], files).digest != fs.digest
-    changed = dict(files, **{"vllm/executor.py": FileRecord("vllm", "q" * 64, "c" * 64, ("beta",))})
+    changed = dict(files, **{"vllm/executor.py": FileEntry("vllm", "q" * 64, "c" * 64, ("beta",))})
     assert fix_set("v0.26.0", ["one", "beta"], changed).digest != fs.digest
     assert Manifest().fix_set is None
 
 
 def test_a_mismatch_names_the_plan_s_fixes_and_what_differs_from_a_known_set():
-    one = FileRecord("vllm-gaudi", None, "a" * 64, ("one",))
+    one = FileEntry("vllm-gaudi", None, "a" * 64, ("one",))
     known = fix_set("v0.26.0", ["one"], {"vllm_gaudi/runner.py": one})
     more = fix_set("v0.26.0", ["one", "alpha"], {"vllm_gaudi/runner.py": one, "vllm_gaudi/batch.py": one})
     assert mismatch(known.digest, known) is None
@@ -99,7 +99,7 @@ def test_a_mismatch_names_the_plan_s_fixes_and_what_differs_from_a_known_set():
     )
     named = mismatch(known.digest, more, [known])
     assert named is not None and named.endswith("against the expected set (the one applied here now): adds alpha")
-    rebytes = fix_set("v0.26.0", ["one"], {"vllm_gaudi/runner.py": FileRecord("vllm-gaudi", None, "b" * 64, ())})
+    rebytes = fix_set("v0.26.0", ["one"], {"vllm_gaudi/runner.py": FileEntry("vllm-gaudi", None, "b" * 64, ())})
     assert mismatch(known.digest, rebytes, [known]).endswith("other bytes in vllm-gaudi:vllm_gaudi/runner.py")
     assert "no fix set" in mismatch(known.digest, None)
     assert isinstance(known, FixSet)

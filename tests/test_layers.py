@@ -209,7 +209,7 @@ FORMATS = {
     "fixpack.site.journal": "a transaction's journal, journal.json",
     # the warm path runs before anything else is imported: it reads the manifest's stamp itself
     "fixpack.site.warm": "the warm stamp, in the manifest",
-    "fixpack.site.record": "pip's RECORD (csv), which importlib.metadata reads",
+    "fixpack.site.pip_record": "pip's RECORD (csv), which importlib.metadata reads",
     "fixpack.site.commits": "pip's direct_url.json (PEP 610)",
     "fixpack.runtime.index": "the runtime index, fixpack_runtime_check/index.json",
     "fixpack.runtime.agree": "no file: each rank's record in torch's store",

@@ -332,7 +332,7 @@ def test_a_copy_of_bytes_already_on_disk_is_a_link_to_them(tmp_path):
         transaction.Write(second, b"not other\n", same_as=other),  # other bytes: written as a copy
     ]
     old_inode = target.stat().st_ino
-    transaction.check(state, writes, {"site": tmp_path})
+    transaction.preflight(state, writes, {"site": tmp_path})
     transaction.commit(state, writes, {"site": tmp_path})
     assert (target.read_bytes(), copy.read_bytes(), second.read_bytes()) == (b"new\n", b"old\n", b"not other\n")
     assert copy.stat().st_ino == old_inode and copy.stat().st_nlink == 1  # the old file, and no journal left

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..models import FileRecord
+from ..models import FileEntry
 
 __all__ = ["TAG", "VERSION", "DIGEST_LENGTH", "FixSet", "fix_set", "expected_digest", "mismatch"]
 
@@ -73,7 +73,7 @@ class FixSet:
         return f"{self.digest} ({len(self.fixes)} fixes)"
 
 
-def fix_set(release: str, fixes: Sequence[str], files: Mapping[str, FileRecord]) -> FixSet:
+def fix_set(release: str, fixes: Sequence[str], files: Mapping[str, FileEntry]) -> FixSet:
     """The fix set of ``fixes`` (in applied order) of ``release`` leaving ``files`` (path inside
     its distribution -> the record of what the fixes made of it) as recorded."""
     rows = sorted((record.dist, path, record.applied) for path, record in files.items())

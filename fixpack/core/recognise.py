@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..models import Change, FileRecord, FileState
+from ..models import Change, FileEntry, FileState
 from . import patch
 from .fingerprint import sha256
 from .rebuild import parsed, reverse
@@ -36,7 +36,7 @@ def pristine_hash(chain: list[Change]) -> str | None:
 
 
 def base_of(
-    path: str, current: bytes | None, record: FileRecord | None, chain: list[Change], stored: bytes | None = None
+    path: str, current: bytes | None, record: FileEntry | None, chain: list[Change], stored: bytes | None = None
 ) -> Base:
     """Recognise an installed file. ``chain``: every change the pack makes to it, in pack order;
     ``stored``: the pristine copy fixpack kept when it first patched the file, if any."""

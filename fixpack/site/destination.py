@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..core import recognise
-from ..models import FileRecord
+from ..models import FileEntry
 from .distributions import Distribution
 from .manifest import Manifest
 from .transaction import Write
@@ -46,7 +46,7 @@ class Rebuilt:
     """What a plan makes of the files it touches."""
 
     new: dict[str, bytes | None]  # path -> new content (None: removed)
-    records: dict[str, FileRecord]  # the manifest's record of each file a fix changes
+    entries: dict[str, FileEntry]  # the manifest's entry for each file a fix changes
     counts: Counts
     code: dict[str, bytes]  # each patched module's marshalled code object, when bytecode is written
 
@@ -114,7 +114,7 @@ class Destination(Protocol):
         """The writes that leave it holding ``new``: the files, their bytecode and its own files."""
         ...
 
-    def check(self, writes: list[Write]) -> None:
+    def preflight(self, writes: list[Write]) -> None:
         """Refuse, before any write, what the commit could not do."""
         ...
 

@@ -21,7 +21,7 @@ from ..errors import EnvironmentProblem
 from . import commits, confine
 from .commits import Commit
 from .layout import STATE_DIR_NAME
-from .record import sha256_hex
+from .pip_record import sha256_hex
 
 __all__ = ["Distribution", "Environment", "metadata_folders"]
 
@@ -81,9 +81,9 @@ class Distribution:
 
     def record_hash(self, path: str) -> str | None:
         """sha256 (hex) that pip's RECORD gives for ``path``, if it lists one."""
-        return self.record().get(path)
+        return self.record_hashes().get(path)
 
-    def record(self) -> dict[str, str | None]:
+    def record_hashes(self) -> dict[str, str | None]:
         """path -> sha256 (hex; None when it gives none) of every file RECORD lists, in its order;
         {} without a readable RECORD. Only a dist-info has one: for an egg-info importlib.metadata
         lists SOURCES.txt, the sources it was built from, not the files installed."""

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from ..core.bytecode import hash_based_pyc, pyc_path
 from ..core.fingerprint import sha256
-from . import lock, plugin, transaction
+from . import flock, plugin, transaction
 from .destination import Held, InstalledFile, Placement, Rebuilt, Write
 from .distributions import Distribution, Environment
 from .layout import JOURNAL, MANIFEST
 from .manifest import Manifest
-from .record import rewrite_record
+from .pip_record import rewrite_record
 from .state import pristine_copy, read_file, read_manifest
 
 __all__ = ["InPlace"]
@@ -52,7 +52,7 @@ class InPlace:
 
     @contextlib.contextmanager
     def locked(self, create: bool = False) -> Iterator[None]:
-        with lock.locked(self.state_dir):
+        with flock.locked(self.state_dir):
             yield
 
     def recover(self) -> str | None:
@@ -99,7 +99,7 @@ class InPlace:
             if keep != f.stored:
                 writes.append(Write(pristine_copy(self.state_dir, path), keep, same_as=f.dist.file(path)))
         rows = {p.relative_to(self.site).as_posix(): c for p, c in runtime.items() if c is not None}
-        record_writes, records = records_after(
+        record_writes, digests = records_after(
             list(dists.values()), self.state_dir, new, old, {p: content[p] for p in new.files}, kept, rows
         )
         by_name = {d.name: d for d in dists.values()}
@@ -107,18 +107,18 @@ class InPlace:
         expected.update({str(p): sha256(c) for p, c in runtime.items()})  # None: must stay absent
         return Placement(
             (*targets, *_bytecode(patched, rebuilt), *writes, *record_writes),
-            replace(new, records=records),
+            replace(new, record_digests=digests),
             self.state_dir / MANIFEST,
             expected,
         )
 
-    def check(self, writes: list[Write]) -> None:
-        transaction.check(self.state_dir, writes, self.roots)
+    def preflight(self, writes: list[Write]) -> None:
+        transaction.preflight(self.state_dir, writes, self.roots)
 
     def commit(self, writes: list[Write]) -> None:
         if not writes:
             return
-        self.check(writes)
+        self.preflight(writes)
         try:
             transaction.commit(self.state_dir, writes, self.roots)
         finally:
@@ -156,7 +156,7 @@ def records_after(
     for d in sorted({d.name: d for d in dists if not d.editable}.values(), key=lambda d: d.name):
         current = read_file(d.dist_info / "RECORD")
         stored = read_file(pristine_copy(state_dir, _kept_as(d)))
-        as_left = stored is not None and sha256(current) == old.records.get(d.dist_info.name)
+        as_left = stored is not None and sha256(current) == old.record_digests.get(d.dist_info.name)
         base = stored if as_left else current  # pip wrote the RECORD that is there now: it is the base
         if base is not None:
             bases[d.dist_info.name] = (d, current, base)
@@ -164,7 +164,7 @@ def records_after(
     state_rows = {_state_row(state_dir, p): c for p, c in kept.items()}
     state_rows.update({_state_row(state_dir, _kept_as(d)): base for d, _, base in bases.values()})
     state_rows.update(runtime)  # the runtime check goes with the state when pip uninstalls
-    writes, records = [], {}
+    writes, digests = [], {}
     for name, (d, current, base) in bases.items():
         if new.empty:
             record, keep = base, None
@@ -173,12 +173,12 @@ def records_after(
             extra = state_rows if name == owner else {}
             unhashed = [_state_row(state_dir, MANIFEST)] if name == owner else []
             record, keep = rewrite_record(base, {**changed, **extra}, unhashed), base
-            records[name] = sha256(record) or ""
+            digests[name] = sha256(record) or ""
         if record != current:
             writes.append(Write(d.dist_info / "RECORD", record))
         if keep != read_file(pristine_copy(state_dir, _kept_as(d))):
             writes.append(Write(pristine_copy(state_dir, _kept_as(d)), keep, same_as=d.dist_info / "RECORD"))
-    return writes, records
+    return writes, digests
 
 
 def _kept_as(d: Distribution) -> str:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..core.identity import FixSet, fix_set
-from ..models import FileRecord
+from ..models import FileEntry
 
 __all__ = ["FORMAT", "Manifest"]
 
@@ -25,10 +25,11 @@ class Manifest:
     profile: str | None = None
     release: str | None = None
     fixes: tuple[str, ...] = ()
-    files: dict[str, FileRecord] = field(default_factory=dict)
+    files: dict[str, FileEntry] = field(default_factory=dict)
     time: str = ""
     warm: dict | None = None  # fastpath's stamp: what an already-applied re-run checks and prints
-    records: dict[str, str] = field(default_factory=dict)  # dist-info name -> sha256 of the RECORD apply wrote
+    # dist-info name -> sha256 of the RECORD apply wrote (on disk: "records")
+    record_digests: dict[str, str] = field(default_factory=dict)
     recipe: str | None = None  # the slug of the recipe the applied set came from (apply --recipe)
     rules: tuple[dict, ...] = ()  # that recipe's rules on the environment alone (JSON-able)
 
@@ -64,8 +65,8 @@ class Manifest:
                 for path, r in sorted(self.files.items())
             },
         }
-        if self.records:
-            data["records"] = dict(sorted(self.records.items()))
+        if self.record_digests:
+            data["records"] = dict(sorted(self.record_digests.items()))
         if self.recipe is not None:
             data["recipe"] = self.recipe
             data["rules"] = list(self.rules)
@@ -81,7 +82,7 @@ class Manifest:
         if data.get("format") != FORMAT:
             raise ValueError(f"manifest format {data.get('format')!r} is not {FORMAT}")
         files = {
-            path: FileRecord(r["dist"], r["pristine"], r["applied"], tuple(r["fixes"]), tuple(r.get("patches", ())))
+            path: FileEntry(r["dist"], r["pristine"], r["applied"], tuple(r["fixes"]), tuple(r.get("patches", ())))
             for path, r in data.get("files", {}).items()
         }
         return cls(
@@ -97,12 +98,12 @@ class Manifest:
         )
 
     def same_content(self, other: Manifest) -> bool:
-        return (self.profile, self.release, self.fixes, self.files, self.records, self.recipe, self.rules) == (
+        return (self.profile, self.release, self.fixes, self.files, self.record_digests, self.recipe, self.rules) == (
             other.profile,
             other.release,
             other.fixes,
             other.files,
-            other.records,
+            other.record_digests,
             other.recipe,
             other.rules,
         )

@@ -34,7 +34,7 @@ from pathlib import Path
 from ..core.bytecode import hash_based_pyc, pyc_path
 from ..core.fingerprint import sha256
 from ..errors import EnvironmentProblem, Refused
-from . import confine, lock, plugin
+from . import confine, flock, plugin
 from .destination import Held, InstalledFile, Placement, Rebuilt, Shadow, Write
 from .distributions import Distribution
 from .files import CrashCounter, fsync_dir, write_synced
@@ -93,7 +93,7 @@ class Overlay:
                 raise EnvironmentProblem(
                     f"cannot make {self.root.parent}: {exc.strerror}", path=str(self.root)
                 ) from None
-        with lock.locked(self.root):  # locks self.root's parent, as it locks a state directory's
+        with flock.locked(self.root):  # locks self.root's parent, as it locks a state directory's
             yield
 
     def recover(self) -> str | None:
@@ -121,7 +121,7 @@ class Overlay:
             ) from None
         return f"recovered an interrupted overlay build in {self.root.parent}: {self.root} is {kept}"
 
-    def check(self, writes: list[Write] | None = None) -> None:
+    def preflight(self, writes: list[Write] | None = None) -> None:
         """Refuse, before any write, what the build (or the removal) could not do or must not do."""
         parent = self.root.parent
         try:
@@ -155,7 +155,7 @@ class Overlay:
         if not files:
             self.remove()
             return
-        self.check()
+        self.preflight()
         counter = CrashCounter()
         parent = self.root.parent
         tmp = Path(tempfile.mkdtemp(prefix=f".{self.root.name}.fixpack-new-", dir=parent))
@@ -203,7 +203,7 @@ class Overlay:
         """Remove the overlay (renamed aside first: killed, the next run brings it back)."""
         if not self.root.exists():
             return
-        self.check()
+        self.preflight()
         self._swap(None, CrashCounter())
 
     # -- what the install commands ask of a destination (fixpack.site.destination) ----------------

@@ -20,7 +20,7 @@ from ..core.bytecode import compile_module, hash_based_pyc, pyc_path
 from ..runtime import index as index_file
 from .distributions import Distribution
 from .manifest import Manifest
-from .record import render_record, row_for
+from .pip_record import render_record, row_for
 
 __all__ = [
     "NAME", "PACKAGE", "DIST_INFO", "RUNTIME", "CODE", "IndexEntry", "module_name", "index", "read_entries", "files",

@@ -1,7 +1,7 @@
 """Applies a set of file writes to an environment all or nothing, and recovers after a crash.
 
-The recipe: take the environment's lock; check, before the first write, every folder the commit
-will write or remove in; write the journal (which files, their hashes before and after); back up
+The recipe: take the environment's lock; preflight (before the first write, check every folder the commit
+will write or remove in); write the journal (which files, their hashes before and after); back up
 every file about to change; stage each new content in a temporary file beside its target (a
 failure until then removes what was staged: nothing changed); replace each target by renaming its
 staged file over it (keeping its mode); remove the stale bytecode of each changed module; remove
@@ -42,18 +42,18 @@ from .files import (
     tmp_name,
     write_synced,
 )
+from .flock import locked
 from .journal import Entry, locate, read_backup
 from .journal import clear as clear_journal
 from .journal import parse as parse_journal
 from .journal import write as write_journal
 from .layout import JOURNAL, JOURNAL_INDEX
-from .lock import locked
 
 __all__ = [
     "Write",
     "STATE",
     "SITE",
-    "check",
+    "preflight",
     "commit",
     "recover",
     "discard",
@@ -91,7 +91,7 @@ def _existing(folder: Path) -> Path:
     return folder
 
 
-def check(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None:
+def preflight(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None:
     """Refuse, before any write, what the commit could not do: a path outside its root or through
     a symlink, and any folder the commit writes or removes in that is not writable.
 
@@ -118,7 +118,7 @@ def check(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None:
 
 
 def commit(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None:
-    """Apply ``writes`` all or nothing. The caller holds the lock and has run :func:`check` with
+    """Apply ``writes`` all or nothing. The caller holds the lock and has run :func:`preflight` with
     the same arguments.
 
     A write that fails (a full disk, a file that cannot be removed) rolls back what was done

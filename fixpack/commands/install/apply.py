@@ -22,7 +22,7 @@ from ...errors import Refused, UsageError
 from ...models import Action, Plan
 from ...site.manifest import Manifest
 from ...site.warm import exec_command
-from .pin import expectation, pinned, refuse_unexpected
+from .expect import as_expected, expectation, refuse_unexpected
 from .pipeline import (
     already_applied,
     check_commits,
@@ -58,7 +58,7 @@ class Gate(Protocol):
         """The notes to print; Refused, before anything is written, for a refusing rule."""
         ...
 
-    def record(self) -> tuple[str, tuple[dict, ...]]:
+    def kept(self) -> tuple[str, tuple[dict, ...]]:
         """The recipe's slug and its rules on the environment alone."""
         ...  # exec_command: what --exec runs once applied
 
@@ -105,11 +105,11 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
         gate = request.gate
         if gate is not None:
             result.notes += gate.judge(plan)
-        recipe, rules = gate.record() if gate is not None else (None, ())
+        recipe, rules = gate.kept() if gate is not None else (None, ())
         if holds_plan(manifest, plan, profile, (recipe, rules)) and holds(held, dists):
             result.fixes = already_applied(plan)
             result.notes += usage_notes(target, manifest)
-            return pinned(result, plan, expected, manifest.fix_set)
+            return as_expected(result, plan, expected, manifest.fix_set)
         recorded = recognised_against(held)
         paths = list(dict.fromkeys([*plan.paths(), *recorded.files]))
         files = recognise_files(catalog.fixes, profile, dists, recorded, paths, target.state_dir)
@@ -121,7 +121,7 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
                 action = Action.ALREADY_APPLIED if done else (Action.WOULD_APPLY if request.dry_run else Action.APPLIED)
                 pulled_in_by = plan.pulled_in.get(fix.id)
                 result.fixes.append(FixResult(fix.id, action, None, rebuilt.counts.get(fix.id, []), pulled_in_by))
-            new = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.records, recipe=recipe, rules=rules)
+            new = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.entries, recipe=recipe, rules=rules)
             refuse_unexpected(expected, new.fix_set, manifest.fix_set)
             result.notes += usage_notes(target, new)
             placement = target.place(files, rebuilt, new, manifest, dists)
@@ -136,7 +136,7 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
                 )  # fmt: skip
             writes = manifest_last(placement, manifest, warm)
             if request.dry_run:
-                target.check(writes)
+                target.preflight(writes)
                 return result
             target.commit(writes)
         except Refused as refused:

@@ -21,7 +21,7 @@ from ...core.bytecode import writes_bytecode
 from ...core.fingerprint import patch_digest, sha256
 from ...core.plan import pack_chain
 from ...errors import FixpackError, Refused
-from ...models import Action, Change, FileRecord, FileState, Fix, Plan, Profile
+from ...models import Action, Change, FileEntry, FileState, Fix, Plan, Profile
 from ...site import commits
 from ...site.destination import Destination, Held, InstalledFile, Placement, Rebuilt, Write
 from ...site.distributions import Distribution, Environment
@@ -166,7 +166,7 @@ def recognise_files(
     return out
 
 
-def _how_it_differs(f: InstalledFile, chain: list[Change], record: FileRecord | None) -> str:
+def _how_it_differs(f: InstalledFile, chain: list[Change], record: FileEntry | None) -> str:
     """What fixpack left (rebuilt from the kept pristine copy) against what is there now; without a
     copy, how the file looks through the first change's hunks."""
     if record is not None and f.stored is not None and sha256(f.stored) == record.pristine:
@@ -178,7 +178,7 @@ def _how_it_differs(f: InstalledFile, chain: list[Change], record: FileRecord | 
     return recognise.explain_drift(f.current, chain)
 
 
-def refuse_drift(files: dict[str, InstalledFile], plan: Plan, recorded: dict[str, FileRecord]) -> None:
+def refuse_drift(files: dict[str, InstalledFile], plan: Plan, recorded: dict[str, FileEntry]) -> None:
     """Refuse the plan, naming the first drifted or missing file (and counting the others)."""
     problems = []
     for path, f in files.items():
@@ -209,7 +209,7 @@ def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[st
     every file is built, for a result that does not compile (naming the last change to it)."""
     chains = {path: [pc.change for pc in plan.changes_for(path) if pc.change.fix_id in fix_ids] for path in files}
     new = {path: rebuild.build(f.base.pristine, chains[path]) for path, f in files.items()}
-    records: dict[str, FileRecord] = {}
+    entries: dict[str, FileEntry] = {}
     counts: dict[str, list[tuple[str, int, int]]] = {}
     compiled: dict[str, bytes] = {}
     keep = writes_bytecode()
@@ -222,7 +222,7 @@ def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[st
             raise rebuild.failed(changes[-1], f"the result does not compile: {problem}")
         if code is not None and keep:
             compiled[path] = marshal.dumps(code)
-        records[path] = FileRecord(
+        entries[path] = FileEntry(
             f.dist.name,
             sha256(f.base.pristine),
             sha256(content),
@@ -231,7 +231,7 @@ def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[st
         )
         for c in changes:
             counts.setdefault(c.fix_id, []).append((path, *rebuild.line_counts(c)))
-    return Rebuilt(new, records, counts, compiled)
+    return Rebuilt(new, entries, counts, compiled)
 
 
 def nothing_changed(refused: Refused) -> Refused:

@@ -67,7 +67,7 @@ def revert(
         try:
             refuse_drift(files, plan, recorded.files)
             rebuilt = rebuild_files(plan, files, keep)
-            new = Manifest(profile.name, profile.release, keep, rebuilt.records) if keep else Manifest()
+            new = Manifest(profile.name, profile.release, keep, rebuilt.entries) if keep else Manifest()
             writes = manifest_last(target.place(files, rebuilt, new, manifest, dists), manifest)
         except Refused as refused:
             result.error = nothing_changed(refused)
@@ -78,7 +78,7 @@ def revert(
                 why = None if needs is None or not names else f"depends on {needs}, which is being reverted"
                 result.fixes.append(FixResult(fid, Action.WOULD_REVERT if dry_run else Action.REVERTED, why))
         if dry_run:
-            target.check(writes)
+            target.preflight(writes)
         else:
             target.commit(writes)
             result.notes += usage_notes(target, new)

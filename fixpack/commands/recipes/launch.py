@@ -91,7 +91,7 @@ class Gate:
             raise Refused(f"{rulebook.refusal(self.recipe.slug, first)}{more}; {what}")
         return [f"warning: {rulebook.refusal(self.recipe.slug, f)}" for f in findings]
 
-    def record(self) -> tuple[str, tuple[dict, ...]]:
+    def kept(self) -> tuple[str, tuple[dict, ...]]:
         """What the manifest keeps of the recipe: its slug and its rules on the environment alone."""
         return self.recipe.slug, tuple(r for r in self.recipe.rules if not rulebook.uses_args(r["when"]))
 

@@ -18,8 +18,7 @@ from pathlib import Path
 
 from ....cookbook.catalog import Catalog
 from ....cookbook.fix_module import backport_skeleton, load_fix
-from ....core import patch as diff
-from ....core import rebuild
+from ....core import patch, rebuild
 from ....errors import Refused, UsageError
 from ....models import Profile
 from ..history import Repo
@@ -50,10 +49,10 @@ def _why(tip: str, base: str, body: str) -> str:
 def _port(profile: Profile, sources: dict[str, Path], path: str, upstream: str) -> tuple[bytes | None, bytes | None]:
     """The pinned release's file and that file with the upstream change applied."""
     pristine = lock.read_source(sources, profile, path)
-    (fd,) = diff.split_files(upstream)
+    (fd,) = patch.split_files(upstream)
     try:
-        return pristine, diff.apply(fd, pristine)
-    except diff.HunkFailed as exc:
+        return pristine, patch.apply(fd, pristine)
+    except patch.HunkFailed as exc:
         raise Refused(
             f"{path}: the upstream change does not apply to release {profile.release}'s file: {exc}; "
             "port it by hand (fixpack record from the edited files)",
@@ -81,15 +80,15 @@ def record_commit(
         raise UsageError(f"the commit is ported to the pinned tree of {missing[0]}: give --source {missing[0]}=DIR")
     patches, prints = {}, {}
     for path in taken:
-        upstream = diff.render(path, repo.show(base, path), repo.show(tip, path))
+        upstream = patch.render(path, repo.show(base, path), repo.show(tip, path))
         pristine, ported = _port(profile, sources, path, upstream)
-        patches[path] = diff.render(path, pristine, ported)
+        patches[path] = patch.render(path, pristine, ported)
         prints[path] = fingerprint_at_end(catalog, profile, path, pristine, patches[path])
     subject, body = repo.message(tip)
     fix_dir.mkdir(parents=True)
     text = backport_skeleton(fix_id, profile.release, subject or "TODO", _why(tip, base, body), tip)
     (fix_dir / "fix.toml").write_text(text, encoding="utf-8")
-    (fix_dir / f"{profile.release}.patch").write_bytes("".join(patches.values()).encode(diff.ENC, diff.ERRORS))
+    (fix_dir / f"{profile.release}.patch").write_bytes("".join(patches.values()).encode(patch.ENC, patch.ERRORS))
     fix = load_fix(fix_dir)
     lock.write(Catalog({**catalog.fixes, fix_id: fix}, catalog.profiles, catalog.root), profile, {fix_id: prints})
     files = [(c.path, *rebuild.line_counts(c)) for c in fix.changes[profile.release]]

@@ -23,12 +23,11 @@ from pathlib import Path
 
 from ....cookbook.catalog import Catalog
 from ....cookbook.fix_module import FIX_ID, load_fix, skeleton
-from ....core import patch as diff
-from ....core import rebuild, recognise
+from ....core import patch, rebuild, recognise
 from ....core.fingerprint import of, sha256
 from ....core.plan import pack_chain
 from ....errors import Refused, UsageError
-from ....models import Change, FileRecord, FileState, Fingerprint, Profile
+from ....models import Change, FileEntry, FileState, Fingerprint, Profile
 from ....site.distributions import Distribution, Environment
 from ....site.inplace import InPlace
 from ....site.manifest import Manifest
@@ -71,7 +70,7 @@ def _walk(root: Path, package: str) -> set[str]:
 
 
 def _record_paths(dist: Distribution) -> list[str]:
-    return [path for path in dist.record() if path.startswith(f"{dist.package}/")]
+    return [path for path in dist.record_hashes() if path.startswith(f"{dist.package}/")]
 
 
 class _Source:
@@ -122,7 +121,7 @@ def _read_file(target: Path) -> bytes | None:
     return target.read_bytes() if target.is_file() else None
 
 
-def _fixpacks_own(path: str, current: bytes | None, rec: FileRecord | None, chain: list[Change]) -> bool:
+def _fixpacks_own(path: str, current: bytes | None, rec: FileEntry | None, chain: list[Change]) -> bool:
     """The file is exactly as fixpack left it (per the manifest, or per the locked chain if it is gone)."""
     if rec is not None:
         return sha256(current) == rec.applied
@@ -131,7 +130,7 @@ def _fixpacks_own(path: str, current: bytes | None, rec: FileRecord | None, chai
     return recognise.base_of(path, current, None, chain).state is FileState.APPLIED
 
 
-def _expected_pristine(dist: Distribution, path: str, rec: FileRecord | None, chain: list[Change]) -> str | None:
+def _expected_pristine(dist: Distribution, path: str, rec: FileEntry | None, chain: list[Change]) -> str | None:
     if rec is not None:
         return rec.pristine
     if not dist.editable and dist.record_hash(path):
@@ -188,16 +187,14 @@ def _change_of(catalog: Catalog, manifest: Manifest, fix_id: str, path: str) -> 
     return change
 
 
-def fingerprint_at_end(
-    catalog: Catalog, profile: Profile, path: str, pristine: bytes | None, patch: str
-) -> Fingerprint:
+def fingerprint_at_end(catalog: Catalog, profile: Profile, path: str, pristine: bytes | None, text: str) -> Fingerprint:
     """A new fix's change to ``path`` fingerprinted as ``fixpack lock`` will take it, with the fix at
     the end of the pack (after every other fix, the opt-ins included)."""
     before = rebuild.build(pristine, pack_chain(catalog.fixes, profile, path))
-    (fd,) = diff.split_files(patch)
+    (fd,) = patch.split_files(text)
     try:
-        after = diff.apply(fd, before)
-    except diff.HunkFailed as exc:
+        after = patch.apply(fd, before)
+    except patch.HunkFailed as exc:
         raise Refused(
             f"{path}: the change does not apply after the pack's other fixes (the opt-ins included): {exc}",
             details=exc.nearest,
@@ -259,7 +256,7 @@ def record(
     on_top_of, requires = list(dict.fromkeys(on_top_of)), list(dict.fromkeys(requires))
     fix_dir.mkdir(parents=True)
     (fix_dir / "fix.toml").write_text(skeleton(fix_id, profile.release, on_top_of, requires), encoding="utf-8")
-    (fix_dir / f"{profile.release}.patch").write_bytes("".join(patches.values()).encode(diff.ENC, diff.ERRORS))
+    (fix_dir / f"{profile.release}.patch").write_bytes("".join(patches.values()).encode(patch.ENC, patch.ERRORS))
     fix = load_fix(fix_dir)
     lock.write(Catalog({**catalog.fixes, fix_id: fix}, catalog.profiles, catalog.root), profile, {fix_id: prints})
     files = [(c.path, *rebuild.line_counts(c)) for c in fix.changes[profile.release]]
@@ -271,14 +268,14 @@ def _patch(edit: _Edit) -> tuple[str, list[str]]:
     """The edit's diff against the pristine bytes when the fixes' changes merge out of it, else on
     top of them; and the fixes whose lines it sits on (none in the first case)."""
     if not edit.applied:
-        return diff.render(edit.path, edit.pristine, edit.current, blobs=True), []
+        return patch.render(edit.path, edit.pristine, edit.current, blobs=True), []
     own = _merged(edit.pristine, edit.base, edit.current)
     if own is not None:
-        patch = diff.render(edit.path, edit.pristine, own, blobs=True)
+        proposed = patch.render(edit.path, edit.pristine, own, blobs=True)
         try:  # the pristine-based hunks must give the edited file back on top of the fixes
-            if diff.apply(diff.split_files(patch)[0], edit.base) == edit.current:
-                return patch, []
-        except diff.HunkFailed:
+            if patch.apply(patch.split_files(proposed)[0], edit.base) == edit.current:
+                return proposed, []
+        except patch.HunkFailed:
             pass
     sits_on = []
     for change in edit.applied:
@@ -289,7 +286,7 @@ def _patch(edit: _Edit) -> tuple[str, list[str]]:
             without = None
         if _merged(without, edit.base, edit.current) is None:
             sits_on.append(change.fix_id)
-    return diff.render(edit.path, edit.base, edit.current, blobs=True), sits_on or [c.fix_id for c in edit.applied]
+    return patch.render(edit.path, edit.base, edit.current, blobs=True), sits_on or [c.fix_id for c in edit.applied]
 
 
 def _merged(onto: bytes | None, base: bytes | None, edited: bytes | None) -> bytes | None:

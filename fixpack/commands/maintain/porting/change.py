@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ....core import patch as diff
-from ....core import rebuild
+from ....core import patch, rebuild
 from ....core.fingerprint import of
 from ....models import Change, PortOutcome
 from .. import history
@@ -21,7 +20,7 @@ if TYPE_CHECKING:  # libcst loads only when a transform runs
 __all__ = ["Attempt", "try_change"]
 
 
-def _hunk_text(fd: diff.FileDiff, index: int) -> str:
+def _hunk_text(fd: patch.FileDiff, index: int) -> str:
     hunk = fd.hunks[index - 1]
     body = "".join(tag + (text if text.endswith("\n") else text + "\n") for tag, text in hunk.lines)
     return f"@@ -{hunk.old_start} @@ (hunk #{index})\n{body}".rstrip("\n")
@@ -33,24 +32,24 @@ def _contains(lines: list[str], want: tuple[str, ...]) -> bool:
     return any(have[i : i + len(bodies)] == bodies for i in range(len(have) - len(bodies) + 1))
 
 
-def _upstream(fd: diff.FileDiff, content: bytes | None) -> bool:
+def _upstream(fd: patch.FileDiff, content: bytes | None) -> bool:
     """The tree already holds the change's result: the reversed diff applies, or every hunk's new side is there."""
     if content is None:
         return fd.deletes
     try:
-        diff.apply(fd.reversed(), content)
+        patch.apply(fd.reversed(), content)
         return True
-    except diff.HunkFailed:
+    except patch.HunkFailed:
         pass
-    lines = content.decode(diff.ENC, diff.ERRORS).splitlines(keepends=True)
+    lines = content.decode(patch.ENC, patch.ERRORS).splitlines(keepends=True)
     return all(_contains(lines, h.new) for h in fd.hunks)
 
 
-def _added_present(fd: diff.FileDiff, content: bytes | None) -> bool:
+def _added_present(fd: patch.FileDiff, content: bytes | None) -> bool:
     """Every run of added lines is in the file: the fix may be upstream in another form."""
     if content is None:
         return False
-    lines = content.decode(diff.ENC, diff.ERRORS).splitlines(keepends=True)
+    lines = content.decode(patch.ENC, patch.ERRORS).splitlines(keepends=True)
     runs: list[tuple[str, ...]] = []
     for hunk in fd.hunks:
         run: list[str] = []
@@ -97,8 +96,8 @@ def try_change(change: Change, before: bytes | None, how: Attempt, release: str)
     else:
         fd = rebuild.parsed(change)
         try:
-            after = diff.apply(fd, before)
-        except diff.HunkFailed as exc:
+            after = patch.apply(fd, before)
+        except patch.HunkFailed as exc:
             if _upstream(fd, before):
                 there = "the new tree already has the patched lines"
                 return ChangeReport(fix, path, PortOutcome.UPSTREAM, there), before
@@ -121,7 +120,7 @@ def try_change(change: Change, before: bytes | None, how: Attempt, release: str)
     if problem and rebuild.compile_error(path, before) is None:
         broken = f"applies, but the result does not compile: {problem}"
         return ChangeReport(fix, path, PortOutcome.CONFLICT, broken), before
-    report.patch = diff.render(path, before, after, blobs=True)
+    report.patch = patch.render(path, before, after, blobs=True)
     return report, after
 
 
@@ -131,8 +130,8 @@ def _merge(change: Change, current: bytes | None, base: bytes | None, release: s
     if current is None or base is None:
         return None
     try:
-        fixed = diff.apply(rebuild.parsed(change), base)
-    except diff.HunkFailed:
+        fixed = patch.apply(rebuild.parsed(change), base)
+    except patch.HunkFailed:
         return None
     if fixed is None:
         return None

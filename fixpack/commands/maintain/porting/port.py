@@ -34,8 +34,7 @@ from typing import TYPE_CHECKING
 from ....cookbook.catalog import Catalog
 from ....cookbook.fix_module import release_table, rendered_patch_name, transforms_file
 from ....cookbook.profiles import draft_profile
-from ....core import patch as diff
-from ....core import rebuild
+from ....core import patch, rebuild
 from ....core.fingerprint import of
 from ....core.plan import orders_of
 from ....errors import UsageError
@@ -177,8 +176,8 @@ def _bases(chain: list[Change], sources: dict[str, Path], profile: Profile, path
                     break
                 known[change.fix_id] = content
                 try:
-                    content = diff.apply(rebuild.parsed(change), content)
-                except diff.HunkFailed:
+                    content = patch.apply(rebuild.parsed(change), content)
+                except patch.HunkFailed:
                     break
             known.setdefault("", None)  # looked once
         return known.get(fix_id)
@@ -308,7 +307,7 @@ def _write(
                 name = rendered_patch_name(release) if r.path in cst_paths else f"{release}.patch"
                 parts[fix_dir / name] = parts.get(fix_dir / name, "") + r.patch
         for patch_file, text in parts.items():
-            patch_file.write_bytes(text.encode(diff.ENC, diff.ERRORS))
+            patch_file.write_bytes(text.encode(patch.ENC, patch.ERRORS))
             result.written.append(patch_file)
         names = sorted(p.name for p in parts)
         if release in fix.changes:

@@ -13,7 +13,7 @@ from ...models import Plan
 from .pipeline import nothing_changed, refused_results
 from .results import Result
 
-__all__ = ["expectation", "refuse_unexpected", "pinned"]
+__all__ = ["expectation", "refuse_unexpected", "as_expected"]
 
 
 def expectation(value: str | None) -> str | None:
@@ -31,7 +31,7 @@ def refuse_unexpected(expected: str | None, planned: FixSet | None, applied: Fix
         raise Refused(why)
 
 
-def pinned(result: Result, plan: Plan, expected: str | None, applied: FixSet | None) -> Result:
+def as_expected(result: Result, plan: Plan, expected: str | None, applied: FixSet | None) -> Result:
     """An already-applied ``result``, refused when what is applied is not the expected fix set."""
     try:
         refuse_unexpected(expected, applied, None)

@@ -1,5 +1,5 @@
-"""The environment's lock: one fixpack at a time on a site, a wait that is said, and a timeout
-(``FIXPACK_LOCK_TIMEOUT``)."""
+"""The state folder's flock: one fixpack at a time on a site, a wait that is said, and a timeout
+(``FIXPACK_LOCK_TIMEOUT``). Not the cookbook's lock files (fingerprints: ``cookbook/lockfile.py``)."""
 
 from __future__ import annotations
 
