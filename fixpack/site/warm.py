@@ -33,7 +33,10 @@ command run: no click, no catalog, no importlib.metadata, nothing written. Anyth
 stamp, any difference, a journal or an overlay build left behind, a busy lock, a terminal,
 ``FIXPACK_NO_FAST_PATH``) falls back to the full apply, which answers and recovers.
 
-Standard library only, imported before anything else: this module is the start-up cost.
+Standard library only, imported before anything else: this module is the start-up cost. So it
+is the warm stamp's one reader and writer, and it reads the manifest itself (``json.loads``, the
+stamp alone, a stamp of another ``format`` ignored) rather than through ``site/manifest.py``,
+whose import would cost the warm path more than its whole check.
 """
 
 from __future__ import annotations
