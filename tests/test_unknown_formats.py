@@ -5,6 +5,7 @@ re-run takes the full path to the same answer. (The runtime index's: tests/test_
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from builders import run_cli
@@ -12,14 +13,22 @@ from cookbooks import three_fixes, two_fixes
 from runs import apply_all, env_of, interrupted, one_line_error, took_fast_path
 
 
+def another_format(path: Path, *within: str) -> None:
+    """Rewrite the ``format`` of the JSON file ``path`` (of the object under keys ``within``) to 99."""
+    data = json.loads(path.read_text())
+    part = data
+    for key in within:
+        part = part[key]
+    assert part["format"] != 99
+    part["format"] = 99
+    path.write_text(json.dumps(data))
+
+
 @pytest.mark.parametrize("command", [("status",), ("apply", "--profile", "v0.26.0"), ("revert",)])
 def test_a_manifest_of_another_format_is_one_line_exit_2(cookbook, site, command):
     two_fixes(cookbook)
     assert run_cli("apply", "--profile", "v0.26.0", "--site", str(site.path), env=env_of(cookbook)).returncode == 0
-    manifest = site.path / ".fixpack" / "manifest.json"
-    data = json.loads(manifest.read_text())
-    data["format"] = 99
-    manifest.write_text(json.dumps(data))
+    another_format(site.path / ".fixpack" / "manifest.json")
     snapshot = site.snapshot()
     r = run_cli(*command, "--site", str(site.path), env=env_of(cookbook))
     assert r.returncode == 2
@@ -31,10 +40,7 @@ def test_a_manifest_of_another_format_is_one_line_exit_2(cookbook, site, command
 def test_a_journal_of_another_format_is_one_line_exit_3(cookbook, site):
     two_fixes(cookbook)
     interrupted(cookbook, site)
-    journal = site.path / ".fixpack" / "journal" / "journal.json"
-    data = json.loads(journal.read_text())
-    data["format"] = 99
-    journal.write_text(json.dumps(data))
+    another_format(site.path / ".fixpack" / "journal" / "journal.json")
     snapshot = site.snapshot()
     r = run_cli("status", "--site", str(site.path), env=env_of(cookbook))
     assert r.returncode == 3
@@ -46,10 +52,6 @@ def test_a_journal_of_another_format_is_one_line_exit_3(cookbook, site):
 def test_a_warm_stamp_of_another_format_sends_the_rerun_down_the_full_path(cookbook, site):
     three_fixes(cookbook)
     assert apply_all(cookbook, site).returncode == 0
-    manifest = site.path / ".fixpack" / "manifest.json"
-    data = json.loads(manifest.read_text())
-    assert data["warm"]["format"] != 99
-    data["warm"]["format"] = 99
-    manifest.write_text(json.dumps(data))
+    another_format(site.path / ".fixpack" / "manifest.json", "warm")
     r = apply_all(cookbook, site)
     assert r.returncode == 0 and not took_fast_path(r) and "3 already applied" in r.stdout
