@@ -25,7 +25,7 @@ from .distributions import Distribution
 from .manifest import Manifest
 from .transaction import Write
 
-__all__ = ["Destination", "Held", "InstalledFile", "Placement", "Rebuilt", "Shadow", "Write"]
+__all__ = ["Destination", "Held", "InstalledFile", "NO_COPY", "Placement", "Rebuilt", "Shadow", "Write"]
 
 Counts = dict[str, list[tuple[str, int, int]]]  # fix id -> (path, lines added, removed) per file
 
@@ -59,6 +59,9 @@ class Shadow:
     built: str | None  # sha256 of the copy as the index says it was built
     original: Path | None  # the installed file it shadows
     pristine: str | None  # sha256 of the original the overlay was built over
+
+
+NO_COPY = Shadow(None, None, None, None)  # a file the overlay's index does not list
 
 
 @dataclass(frozen=True)

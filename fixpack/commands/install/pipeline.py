@@ -23,7 +23,7 @@ from ...core.plan import pack_chain
 from ...errors import FixpackError, Refused
 from ...models import Action, Change, FileEntry, FileState, Fix, Plan, Profile
 from ...site import commits
-from ...site.destination import Destination, Held, InstalledFile, Placement, Rebuilt, Write
+from ...site.destination import NO_COPY, Destination, Held, InstalledFile, Placement, Rebuilt, Write
 from ...site.distributions import Distribution, Environment
 from ...site.inplace import InPlace
 from ...site.manifest import Manifest
@@ -300,8 +300,8 @@ def holds(held: Held, dists: Mapping[str, Distribution]) -> bool:
             if dist is None or sha256(read_file(dist.file(path))) != record.applied:
                 return False
             continue
-        shadow = held.shadows.get(path)
-        if shadow is None or shadow.built != record.applied or shadow.copy != record.applied:
+        shadow = held.shadows.get(path, NO_COPY)
+        if shadow.built != record.applied or shadow.copy != record.applied:
             return False
         if shadow.original is None or sha256(read_file(shadow.original)) != shadow.pristine:
             return False
@@ -317,21 +317,21 @@ def still_applied(change: Change, files: Mapping[str, InstalledFile], held: Held
         return change.fix_id in files[change.path].base.applied and (not steps or step in steps)
     if change.fix_id not in manifest.fixes or step not in steps:
         return False
-    shadow = held.shadows.get(change.path)
-    return shadow is not None and shadow.copy == manifest.files[change.path].applied
+    return held.shadows.get(change.path, NO_COPY).copy == manifest.files[change.path].applied
 
 
 def through_overlay(files: Mapping[str, InstalledFile], held: Held) -> dict[str, InstalledFile]:
     """The files as a process with the overlay sees them: each one the overlay carries recognised
-    through its copy (``recognise.through_overlay``), the others as installed."""
+    through its copy (``recognise.through_overlay``), the others as installed (all of them in place)."""
     out = dict(files)
+    if held.shadows is None:
+        return out
     for path, record in held.manifest.files.items():
         f = files.get(path)
-        if f is None or held.shadows is None:
+        if f is None:
             continue
-        shadow = held.shadows.get(path)
-        copy, pristine = (shadow.copy, shadow.pristine) if shadow is not None else (None, None)
-        base = recognise.through_overlay(f.current, copy, record.applied, pristine, record.fixes)
+        shadow = held.shadows.get(path, NO_COPY)
+        base = recognise.through_overlay(f.current, shadow.copy, record.applied, shadow.pristine, record.fixes)
         out[path] = replace(f, base=base)
     return out
 
@@ -348,13 +348,12 @@ def rows(held: Held, files: Mapping[str, InstalledFile], dists: Mapping[str, Dis
             current = f.current if f is not None else read_file(dist.file(path)) if dist is not None else None
             out.append((path, record.applied, sha256(current)))
             continue
-        shadow = held.shadows.get(path)
+        shadow = held.shadows.get(path, NO_COPY)
         if f is not None:
             original = f.current
         else:
-            original = read_file(shadow.original) if shadow is not None and shadow.original is not None else None
-        copy, pristine = (shadow.copy, shadow.pristine) if shadow is not None else (None, None)
-        out += [(path, record.applied, copy), (path, pristine, sha256(original))]
+            original = read_file(shadow.original) if shadow.original is not None else None
+        out += [(path, record.applied, shadow.copy), (path, shadow.pristine, sha256(original))]
     return out
 
 

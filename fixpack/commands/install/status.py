@@ -65,9 +65,8 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None, overla
     _, dists = installed(profile, site)
     fix_ids = list(profile.pack) if profile_name else list(manifest.fixes)
     paths = list(dict.fromkeys(c.path for fid in fix_ids for c in catalog.fixes[fid].changes[profile.release]))
-    files = recognise_files(catalog.fixes, profile, dists, recognised_against(held), paths, target.state_dir)
-    if held.shadows is not None:
-        files = through_overlay(files, held)
+    installed_files = recognise_files(catalog.fixes, profile, dists, recognised_against(held), paths, target.state_dir)
+    files = through_overlay(installed_files, held)
     drifted = fixset.drifted(rows(held, files, dists))
     fixes = [(fid, fix_state(catalog.fixes[fid], profile.release, files)) for fid in fix_ids]
     return StatusResult(profile.name, list(env.found.values()), fixes, notes, manifest, drifted)
