@@ -24,29 +24,31 @@ def another_format(path: Path, *within: str) -> None:
     path.write_text(json.dumps(data))
 
 
+def refused_unchanged(cookbook, site, command: tuple[str, ...], code: int) -> str:
+    """Run ``fixpack COMMAND --site``: it exits ``code`` with one error line, the site unchanged."""
+    snapshot = site.snapshot()
+    r = run_cli(*command, "--site", str(site.path), env=env_of(cookbook))
+    assert r.returncode == code
+    line = one_line_error(r.stderr)
+    assert site.snapshot() == snapshot
+    return line
+
+
 @pytest.mark.parametrize("command", [("status",), ("apply", "--profile", "v0.26.0"), ("revert",)])
 def test_a_manifest_of_another_format_is_one_line_exit_2(cookbook, site, command):
     two_fixes(cookbook)
     assert run_cli("apply", "--profile", "v0.26.0", "--site", str(site.path), env=env_of(cookbook)).returncode == 0
     another_format(site.path / ".fixpack" / "manifest.json")
-    snapshot = site.snapshot()
-    r = run_cli(*command, "--site", str(site.path), env=env_of(cookbook))
-    assert r.returncode == 2
-    line = one_line_error(r.stderr)
+    line = refused_unchanged(cookbook, site, command, 2)
     assert "unreadable manifest" in line and "format 99" in line
-    assert site.snapshot() == snapshot
 
 
 def test_a_journal_of_another_format_is_one_line_exit_3(cookbook, site):
     two_fixes(cookbook)
     interrupted(cookbook, site)
     another_format(site.path / ".fixpack" / "journal" / "journal.json")
-    snapshot = site.snapshot()
-    r = run_cli("status", "--site", str(site.path), env=env_of(cookbook))
-    assert r.returncode == 3
-    line = one_line_error(r.stderr)
+    line = refused_unchanged(cookbook, site, ("status",), 3)
     assert "cannot recover the interrupted transaction" in line and "format 99" in line
-    assert site.snapshot() == snapshot
 
 
 def test_a_warm_stamp_of_another_format_sends_the_rerun_down_the_full_path(cookbook, site):
