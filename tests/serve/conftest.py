@@ -1,8 +1,10 @@
 """The serve tier's fixtures: the vLLM environment (built or reused by ``build_env.py``) and the tiny model.
 
-The tier runs only where ``FIXPACK_SERVE_ENV`` names the environment's folder (``.ci/run`` sets it
-under its work folder and builds it first); otherwise, and where the environment cannot be built
-(no package index), every test skips saying why. A build whose checks fail fails the tests.
+The tier is asked for by ``FIXPACK_SERVE_ENV``, the environment's folder (``.ci/run`` sets it under
+its work folder and builds it first). Not asked for, every test skips saying so. Asked for, a tier
+that does not run is a failure of the run, never a quiet skip: an environment that cannot be built
+here fails every test with the reason, and a serve test skipped for any reason fails the session.
+The run's summary says how many serve tests ran.
 """
 
 from __future__ import annotations
@@ -19,14 +21,34 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from build_env import ServeEnv  # noqa: E402
+from tier import Tally  # noqa: E402
 
 MODEL_TIMEOUT = 300
+ASKED = "FIXPACK_SERVE_ENV"  # set: the tier must run (.ci/run sets it)
+TALLY = Tally()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "serve_env" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.serve)
+            TALLY.collected.add(item.nodeid)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.nodeid in TALLY.collected:
+        TALLY.note(report)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Asked for, a tier whose tests did not all run fails the session (exit 1), whatever else passed."""
+    if TALLY.collected and os.environ.get(ASKED) and TALLY.not_run() and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if TALLY.collected:
+        terminalreporter.write_line(TALLY.summary(bool(os.environ.get(ASKED))))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -40,25 +62,22 @@ def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 @pytest.fixture(scope="session")
 def serve_env() -> ServeEnv:
-    error = os.environ.get("FIXPACK_SERVE_ENV_ERROR")  # .ci/run's build failed: "exit N: why"
-    if error:
-        if error.startswith("exit 3"):
-            pytest.skip(f"the serve environment could not be built: {error}")
-        pytest.fail(f"the serve environment's build failed its checks: {error}")
-    root = os.environ.get("FIXPACK_SERVE_ENV")
+    root = os.environ.get(ASKED)
     if not root:
         pytest.skip(
-            "FIXPACK_SERVE_ENV is not set: the serve tier runs real `vllm serve` processes from a venv "
+            f"{ASKED} is not set: the serve tier runs real `vllm serve` processes from a venv "
             "built there by tests/serve/build_env.py (3.1 GB of downloads; .ci/run sets it)"
         )
+    error = os.environ.get("FIXPACK_SERVE_ENV_ERROR")  # .ci/run's build failed: "exit N: why"
+    if error:
+        pytest.fail(f"the serve tier was asked for ({ASKED}) and its environment was not built: {error}")
     start = time.monotonic()
     done = subprocess.run([sys.executable, str(HERE / "build_env.py"), root], capture_output=True, text=True)
     output = (done.stdout + done.stderr).strip()
     print(output, f"\nserve: the environment ready in {time.monotonic() - start:.1f} s", flush=True)
-    if done.returncode == 3:
-        pytest.skip(f"the serve environment could not be built: {output.splitlines()[-1]}")
     if done.returncode != 0:
-        pytest.fail(f"build_env.py {root} exited {done.returncode}:\n{output}")
+        asked = f"the serve tier was asked for ({ASKED})"
+        pytest.fail(f"{asked} and build_env.py {root} exited {done.returncode}:\n{output}")
     return ServeEnv(Path(root).absolute())
 
 
