@@ -3,15 +3,17 @@ serve venv (vLLM 0.26.0's CPU build beside vllm-gaudi v0.26.0, installed from a 
 without a purl) copied, the v0.26.0 profile and both opt-ins applied in place. The merged document
 is valid CycloneDX; vllm and vllm-gaudi carry the pedigree, one patch per fix that changed each;
 every other component is as cyclonedx-py wrote it; a document without vllm-gaudi is refused, naming
-it. Needs cyclonedx-py (cyclonedx-bom, in the test extra); skips saying so without it."""
+it. Needs cyclonedx-py (cyclonedx-bom, in the test extra), run as a module of this interpreter (its
+venv's ``bin`` need not be on ``PATH``); skips saying so without it."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import build_env
@@ -31,13 +33,12 @@ def fixpack(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIXPACK_")}
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run(
-        ["python3", "-m", "fixpack", *args], capture_output=True, text=True, env=env, timeout=300, cwd=REPO
+        [sys.executable, "-m", "fixpack", *args], capture_output=True, text=True, env=env, timeout=300, cwd=REPO
     )
 
 
 def test_merge_onto_cyclonedx_py_environment(serve_env: ServeEnv, tmp_path: Path) -> None:
-    tool = shutil.which("cyclonedx-py")
-    if tool is None:
+    if importlib.util.find_spec("cyclonedx_py") is None:
         pytest.skip("cyclonedx-py is not installed (cyclonedx-bom, in the test extra)")
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
@@ -49,7 +50,8 @@ def test_merge_onto_cyclonedx_py_environment(serve_env: ServeEnv, tmp_path: Path
     assert applied.returncode == 0, applied.stderr
     env_doc = tmp_path / "env.cdx.json"
     made = subprocess.run(
-        [tool, "environment", "--output-reproducible", "--sv", "1.6", "-o", str(env_doc), str(copy.python)],
+        [sys.executable, "-m", "cyclonedx_py", "environment", "--output-reproducible", "--sv", "1.6",
+         "-o", str(env_doc), str(copy.python)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
