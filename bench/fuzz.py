@@ -12,11 +12,12 @@ same batches, each batch's requests sent at once. After each batch the server mu
 ``/health``; a server that dies is counted, its batch saved as a replay file (the bodies, the
 answers, the server's log lines since the batch began) and the server started again. A request
 that takes longer than ``--timeout`` is a hang. Every failing request is saved too
-(``DIR/<server>-<n>.json``). The table: requests sent, served, 4xx, 5xx, stream errors, hangs and
-deaths, per server. ``--schema-seconds N`` then runs Schemathesis (``fuzz_schema``) for N seconds
-against each server, started again for it; each 5xx it finds is a replay file too. Requests go only
-to the servers this command starts on 127.0.0.1 (``replay`` refuses any other address), bounded by
-``--batches``, ``--minutes`` and ``--schema-seconds``.
+(``DIR/<server>-<n>.json``). The table: requests sent, served, 4xx, 5xx, stream errors, hangs,
+wrong answers (a 200 that breaks what its request asked, ``fuzz_oracle``) and deaths, per server.
+``--schema-seconds N`` then runs Schemathesis (``fuzz_schema``) for N seconds against each server,
+started again for it; each 5xx it finds is a replay file too. Requests go only to the servers this
+command starts on 127.0.0.1 (``replay`` refuses any other address), bounded by ``--batches``,
+``--minutes`` and ``--schema-seconds``.
 
 ``patched`` is the pack through the entry point: profile ``vllm-0.26.0`` (the default) applied in
 place to a copy of the serve venv without vllm-gaudi, as vLLM's own builds are installed; or
@@ -52,10 +53,12 @@ from server import Server, ServerError  # noqa: E402
 from vllm_serve import Pack, copy_env, serve_args, vllm_server  # noqa: E402
 
 from bench import fuzz_schema  # noqa: E402
-from bench.fuzz_client import SETTLE, TIMEOUT, Sent, model_of, replay, send_batch, still_up  # noqa: E402
-from bench.fuzz_requests import batches, listed  # noqa: E402
+from bench.fuzz_client import SETTLE, TIMEOUT, Sent, model_of, replay, send_batch, still_up, tokenizer_of  # noqa: E402
+from bench.fuzz_listed import listed  # noqa: E402
+from bench.fuzz_oracle import Tokenizer  # noqa: E402
+from bench.fuzz_requests import Verdict, batches  # noqa: E402
 
-KINDS = ("served", "4xx", "5xx", "stream-error", "unanswered", "hang")
+KINDS = ("served", "4xx", "5xx", "stream-error", "unanswered", "hang", "violation")
 
 
 @dataclass
@@ -72,13 +75,14 @@ class Tally:
         k = self.kinds
         return (
             f"| {self.server} | {self.batches} | {self.sent} | {k['served']} | {k['4xx']} | {k['5xx']} | "
-            f"{k['stream-error']} | {k['hang']} | {k['unanswered']} | {self.deaths} | {self.seconds / 60:.1f} |"
+            f"{k['stream-error']} | {k['hang']} | {k['unanswered']} | {k['violation']} | {self.deaths} | "
+            f"{self.seconds / 60:.1f} |"
         )
 
 
 HEADER = (
-    "| server | batches | requests | served | 4xx | 5xx | stream errors | hangs | unanswered | deaths | minutes |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|"
+    "| server | batches | requests | served | 4xx | 5xx | stream errors | hangs | unanswered | wrong answers | "
+    "deaths | minutes |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -93,7 +97,9 @@ class Target:
     def start(self) -> Server:
         self.starts += 1
         log = self.log_dir / f"{self.name}-{self.starts}.log"
-        self.server = vllm_server(self.env, serve_args(self.model), log, f"{self.name} #{self.starts}", pack=self.pack)
+        # float32, as the tiny recipe serves it: in bf16 the random model's top tokens come near-tied
+        args = [*serve_args(self.model), "--dtype", "float32"]
+        self.server = vllm_server(self.env, args, log, f"{self.name} #{self.starts}", pack=self.pack)
         self.server.start()
         self.server.wait_ready()
         return self.server
@@ -105,7 +111,7 @@ class Target:
 
 
 def run_batches(target: Target, drawn: list[list[tuple[str, dict[str, Any]]]], out: Path, minutes: float,
-                timeout: float = TIMEOUT) -> Tally:  # fmt: skip
+                timeout: float = TIMEOUT, tokenizer: Tokenizer | None = None) -> Tally:  # fmt: skip
     tally = Tally(target.name)
     start = time.monotonic()
     server = target.start()
@@ -114,7 +120,7 @@ def run_batches(target: Target, drawn: list[list[tuple[str, dict[str, Any]]]], o
             if time.monotonic() - start > minutes * 60:
                 break
             offset = len(server.text())
-            sent = send_batch(server.url(""), batch, timeout)
+            sent = send_batch(server.url(""), batch, timeout, tokenizer)
             tally.batches += 1
             tally.sent += len(batch)
             for verdict in sent.verdicts:
@@ -182,7 +188,7 @@ def schema_run(target: Target, seed: int, seconds: float, examples: int, out: Pa
 
 def summary(out: Path, server: str) -> list[str]:
     """Each failed request of a run's replay files for ``server``, counted by verdict and cause: in
-    a batch after which the server died, one the README lists (``fuzz_requests.listed``), or
+    a batch after which the server died, one the README lists (``fuzz_listed.listed``), or
     neither; then the files of the last."""
     counts: Counter[tuple[str, str]] = Counter()
     unlisted: dict[str, list[str]] = {}
@@ -192,7 +198,8 @@ def summary(out: Path, server: str) -> list[str]:
             kind = request["verdict"]["kind"]
             if kind in ("served", "4xx"):
                 continue
-            cause = "a death's batch" if record["died"] else listed(request["body"]) or "not listed"
+            cause = "a death's batch" if record["died"] else listed(request["body"], Verdict(**request["verdict"]))
+            cause = cause or "not listed"
             counts[(kind, cause)] += 1
             if cause == "not listed":
                 unlisted.setdefault(path.name, []).append(request["verdict"]["detail"][:100])
@@ -239,7 +246,7 @@ def _index_row(name: str, request: dict[str, Any]) -> str:
     body = request["body"]
     constraint = json.dumps(body.get("structured_outputs") or body.get("response_format") or "")
     settings = ", ".join(f"{k} {json.dumps(body[k])}" for k in _SETTINGS if body.get(k) not in (None, False, [], {}))
-    why = listed(body) or "not listed: see bench/README.md"
+    why = listed(body, Verdict(**request["verdict"])) or "not listed: see bench/README.md"
     return f"| {name} | {request['endpoint']} | {request['verdict']['kind']} | `{constraint}` | {settings} | {why} |\n"
 
 
@@ -319,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = work / "tiny-qwen3"
         subprocess.run([str(env.python), str(REPO / "tests/serve/make_model.py"), str(model_dir)], check=True,
                        env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True)  # fmt: skip
-        model = model_of(model_dir)
+        tokenizer = tokenizer_of(model_dir)
+        model = model_of(model_dir, tokenizer)
         drawn = batches(model, args.seed, args.batches, args.in_flight) if args.batches > 0 else []
         print(f"fuzz: seed {args.seed}, {len(drawn)} batches, {sum(map(len, drawn))} requests; {model}", flush=True)
         tallies = []
@@ -327,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         for target in targets(env, model_dir, args.server, args.profile, work):
             try:
                 if drawn:
-                    tallies.append(run_batches(target, drawn, args.out, args.minutes, args.timeout))
+                    tallies.append(run_batches(target, drawn, args.out, args.minutes, args.timeout, tokenizer))
                     print(f"fuzz: {target.name}: {tallies[-1].row()}", flush=True)
                 if args.schema_seconds > 0:
                     sweep = schema_run(target, args.seed, args.schema_seconds, args.schema_examples, args.out)

@@ -1,5 +1,6 @@
 """The fuzzer's client: a batch of requests sent at once to a server on this machine, and each
-answer judged by ``fuzz_requests.judge`` (issue 46). No server is started or stopped here, so the
+answer judged by ``fuzz_requests.judge`` (issue 46), then every served answer by the oracle of what
+its request asked, ``fuzz_oracle.violations`` (issue 55). No server is started or stopped here, so the
 serve tier runs a short seeded fuzz on the servers its tests already start."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import fuzz_schema
+from bench.fuzz_oracle import Tokenizer, read_answer, violations
 from bench.fuzz_requests import Model, Verdict, judge
 
 TIMEOUT = 120.0  # seconds for one request before it counts as a hang
@@ -50,16 +52,22 @@ def send(url: str, endpoint: str, body: Any, timeout: float) -> Answer:
         return None, f"{type(exc).__name__}: {exc}", time.monotonic() - start
 
 
-def send_batch(url: str, batch: list[Request], timeout: float) -> Sent:
+def send_batch(url: str, batch: list[Request], timeout: float, tokenizer: Tokenizer | None = None) -> Sent:
     """The batch's requests at once, as clients in flight together; an unanswered request that
-    took the whole timeout is a hang."""
+    took the whole timeout is a hang, a served answer that breaks what its request asked a
+    violation (the checks that need token ids run only with the model's ``tokenizer``)."""
     with ThreadPoolExecutor(max_workers=len(batch)) as pool:
         answers = list(pool.map(lambda r: send(url, r[0], r[1], timeout), batch))
     verdicts = []
-    for (_, body), (status, text, seconds) in zip(batch, answers):
-        verdict = judge(status, text, bool(body.get("stream")))
+    for (endpoint, body), (status, text, seconds) in zip(batch, answers):
+        streamed = bool(body.get("stream"))
+        verdict = judge(status, text, streamed)
         if verdict.kind == "unanswered" and seconds >= timeout:
             verdict = Verdict("hang", verdict.detail)
+        if verdict.kind == "served":
+            found = violations(endpoint, body, read_answer(endpoint, text, streamed), tokenizer)
+            if found:
+                verdict = Verdict("violation", "; ".join(found)[:600])
         verdicts.append(verdict)
     return Sent(batch, answers, verdicts)
 
@@ -84,12 +92,17 @@ def still_up(url: str, proc: subprocess.Popen | None, settle: float = 0.0) -> bo
     return False
 
 
-def model_of(model_dir: Path) -> Model:
-    """The served name, the config's vocabulary and the tokenizer's size, read from the files."""
+def tokenizer_of(model_dir: Path) -> Tokenizer:
+    """The model's own tokenizer, as vLLM loads it (transformers, the test extra)."""
     from transformers import AutoTokenizer
 
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def model_of(model_dir: Path, tokenizer: Any = None) -> Model:
+    """The served name, the config's vocabulary and the tokenizer's size, read from the files."""
     config = json.loads((model_dir / "config.json").read_text())
-    return Model(str(model_dir), int(config["vocab_size"]), len(AutoTokenizer.from_pretrained(model_dir)))
+    return Model(str(model_dir), int(config["vocab_size"]), len(tokenizer or tokenizer_of(model_dir)))
 
 
 def replay(path: Path, url: str, timeout: float = TIMEOUT) -> list[Verdict]:

@@ -7,11 +7,13 @@ text in, findings out; the tokenizer is passed in where a check needs token ids.
 Each check keeps the exceptions vLLM documents, so that it raises no false alarm:
 
 - structured output (``choice``, ``regex``, ``json``, ``response_format``) is judged on the
-  generated text, an echoed prompt and a stop string kept by ``include_stop_str_in_output``
-  stripped. An answer that ended early (``finish_reason`` "length", or a ``stop_reason`` that is
-  the request's own stop string or stop id) need only be a prefix that can still complete: exactly
-  for ``choice`` and ``regex`` (the ``regex`` module's partial match), and for JSON only where it
-  is already decidable (it does not begin with ``{``, or it parses and fails the schema);
+  generated text, an echoed prompt and what ``include_stop_str_in_output`` kept stripped (a stop
+  string, or the text of the stop id or end-of-text token that ended it, which
+  ``skip_special_tokens: false`` spells out). An answer that ended early (``finish_reason``
+  "length", or a ``stop_reason`` that is the request's own stop string or stop id) need only be a
+  prefix that can still complete: exactly for ``choice`` and ``regex`` (the ``regex`` module's
+  partial match), and for JSON only where it is already decidable (it does not begin with ``{``,
+  or it parses and fails the schema);
 - every choice once, with indices ``0..n-1``; each no longer than ``max_tokens`` and not shorter
   than ``min_tokens`` unless a grammar ended it (a grammar that has ended may stop a request
   before ``min_tokens``);
@@ -186,20 +188,14 @@ class Asked:
 
 
 def _prompt_text(asked: Asked, tokenizer: Tokenizer | None) -> str | None:
-    """The prompt as an echo shows it: its text, or its ids decoded, and only its last
-    ``truncate_prompt_tokens`` tokens where the request truncates it; None where it cannot be told."""
+    """The prompt as an echo shows it: its text, or its ids decoded; None where it cannot be told.
+    vLLM echoes the prompt as sent, ``truncate_prompt_tokens`` or not (seen: the whole prompt)."""
     prompt = asked.body.get("prompt")
-    keep = asked.body.get("truncate_prompt_tokens")
-    ids = prompt if isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt) else None
-    if isinstance(prompt, str) and (keep is None or keep == -1):
+    if isinstance(prompt, str):
         return prompt
-    if tokenizer is None or (ids is None and not isinstance(prompt, str)):
-        return None
-    if ids is None:
-        ids = tokenizer.encode(prompt)
-    if keep is not None and keep > 0:
-        ids = ids[-keep:]
-    return tokenizer.decode(ids)
+    if isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt) and tokenizer is not None:
+        return tokenizer.decode(prompt)
+    return None
 
 
 def generated_text(asked: Asked, choice: Choice, tokenizer: Tokenizer | None) -> str | None:
@@ -211,10 +207,26 @@ def generated_text(asked: Asked, choice: Choice, tokenizer: Tokenizer | None) ->
         if prompt is None or not text.startswith(prompt):
             return None
         text = text[len(prompt) :]
-    reason = choice.stop_reason
-    if asked.body.get("include_stop_str_in_output") and isinstance(reason, str) and text.endswith(reason):
-        text = text[: len(text) - len(reason)]
+    if asked.body.get("include_stop_str_in_output") and choice.finish_reason == "stop":
+        kept = _kept_stop(asked, choice, tokenizer)
+        if kept and text.endswith(kept):
+            text = text[: len(text) - len(kept)]
     return text
+
+
+def _kept_stop(asked: Asked, choice: Choice, tokenizer: Tokenizer | None) -> str | None:
+    """What ``include_stop_str_in_output`` appended: the stop string, or the text of the stop id or
+    of the end-of-text token that ended the choice (its name, with ``skip_special_tokens`` false)."""
+    reason = choice.stop_reason
+    if isinstance(reason, str):
+        return reason
+    if tokenizer is None:
+        return None
+    if isinstance(reason, int):
+        return tokenizer.decode([reason])
+    if choice.token_ids:
+        return tokenizer.decode(choice.token_ids[-1:])
+    return getattr(tokenizer, "eos_token", None)
 
 
 def check_indices(asked: Asked, answer: Answer) -> list[str]:

@@ -6,15 +6,19 @@ schema fuzzer makes up: a completions or chat body with a random combination of 
 fields (``n``, ``temperature``, ``top_p``/``top_k``/``min_p``, ``seed``, ``min_tokens``,
 ``max_tokens``, ``stop``, ``stop_token_ids``, ``allowed_token_ids``, ``bad_words``, ``logit_bias``,
 ``logprobs``/``top_logprobs``, ``prompt_logprobs``, ``echo``, ``structured_outputs`` and
-``response_format``, ``stream``, ``ignore_eos``, token-id prompts). Token ids are drawn at the edges
+``response_format`` (JSON schemas with enums, nesting and ``$ref``), ``stream`` and
+``stream_options``, ``ignore_eos``, penalties, ``truncate_prompt_tokens``, ``skip_special_tokens``,
+token-id prompts, and what an answer says of itself for the oracle of served answers:
+``include_stop_str_in_output``, ``return_token_ids``, ``return_tokens_as_token_ids``). Token ids are drawn at the edges
 (0, the tokenizer's size, the vocabulary's size, one either side) as often as inside, because those
 are where the request-killers were. Requests come in batches sent at once: the input-batch bugs
 show only when rows move.
 
 ``batches(model, seed, count)`` draws them once, from the seed alone, so that the stock and the
-patched server get the very same requests. ``judge`` is the oracle: a 5xx, an answer that is not
-JSON, a stream that ends in an error event or with ``finish_reason: "error"``, or a 4xx without a
-message each fail the request.
+patched server get the very same requests. ``judge`` is the oracle of an answer's status: a 5xx,
+an answer that is not JSON, a stream that ends in an error event or with ``finish_reason:
+"error"``, or a 4xx without a message each fail the request; ``fuzz_oracle`` judges what a served
+answer holds, and ``fuzz_listed`` names the failures the pack leaves.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-__all__ = ["Model", "Verdict", "batches", "draw", "judge", "listed", "stop_id_killer", "ENDPOINTS", "LISTED"]
+__all__ = ["Model", "Verdict", "batches", "draw", "judge", "ENDPOINTS"]
 
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
 WORDS = ("the", "cat", "river", "stone", "yes", "no", "model", "server", "answer", "blue", "7", "42")
@@ -60,20 +64,43 @@ def _text(min_words: int = 1, max_words: int = 6) -> st.SearchStrategy[str]:
     return st.lists(st.sampled_from(WORDS), min_size=min_words, max_size=max_words).map(" ".join)
 
 
+# JSON schemas as clients write them: plain, with an enum, nested, and through a $ref.
+SCHEMAS = (
+    {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}},
+    {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+    {
+        "type": "object",
+        "properties": {"verdict": {"enum": ["yes", "no", "maybe"]}, "score": {"type": "integer"}},
+        "required": ["verdict"],
+        "additionalProperties": False,
+    },
+    {
+        "type": "object",
+        "properties": {"item": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}},
+        "required": ["item"],
+    },
+    {
+        "$defs": {"word": {"type": "string", "enum": list(WORDS[:4])}},
+        "type": "object",
+        "properties": {"first": {"$ref": "#/$defs/word"}, "more": {"type": "array", "items": {"$ref": "#/$defs/word"}}},
+        "required": ["first"],
+    },
+)
+
+
 def structured() -> st.SearchStrategy[dict[str, Any]]:
-    """vLLM's structured_outputs: a choice, a regex or a small JSON schema."""
-    schema = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}}
+    """vLLM's structured_outputs: a choice, a regex or a JSON schema."""
     return st.one_of(
         st.lists(st.sampled_from(WORDS), min_size=1, max_size=3, unique=True).map(lambda c: {"choice": c}),
         st.sampled_from(["[a-z]+", "(yes|no)", "[0-9]{1,3}"]).map(lambda r: {"regex": r}),
-        st.just({"json": schema}),
+        st.sampled_from(SCHEMAS).map(lambda s: {"json": s}),
     )
 
 
 def response_format() -> st.SearchStrategy[dict[str, Any]]:
-    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
-    return st.sampled_from(
-        [{"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}]
+    return st.one_of(
+        st.just({"type": "json_object"}),
+        st.sampled_from(SCHEMAS).map(lambda s: {"type": "json_schema", "json_schema": {"name": "a", "schema": s}}),
     )
 
 
@@ -95,6 +122,15 @@ def sampling(model: Model) -> st.SearchStrategy[dict[str, Any]]:
         "bad_words": st.lists(st.sampled_from(WORDS), min_size=1, max_size=2),
         "logit_bias": st.dictionaries(ids.map(str), st.sampled_from([-100.0, -5.0, 5.0, 100.0]), max_size=3),
         "ignore_eos": st.booleans(),
+        # what the answer says of itself, for the oracle (bench/fuzz_oracle.py)
+        "include_stop_str_in_output": st.booleans(),
+        "return_token_ids": st.booleans(),
+        "return_tokens_as_token_ids": st.booleans(),
+        "skip_special_tokens": st.booleans(),
+        "presence_penalty": st.sampled_from([-2.0, 0.0, 1.5]),
+        "frequency_penalty": st.sampled_from([-2.0, 0.0, 1.5]),
+        "repetition_penalty": st.sampled_from([0.5, 1.0, 2.0]),
+        "truncate_prompt_tokens": st.sampled_from([-1, 1, 4]),
     }
     # vLLM refuses two output constraints at once, and prompt_logprobs on a stream: draw one of each pair
     constraint = st.one_of(
@@ -103,7 +139,10 @@ def sampling(model: Model) -> st.SearchStrategy[dict[str, Any]]:
         response_format().map(lambda f: {"response_format": f}),
     )
     streaming = st.one_of(
-        st.just({}), st.just({"stream": True}), st.integers(0, 5).map(lambda n: {"prompt_logprobs": n})
+        st.just({}),
+        st.just({"stream": True}),
+        st.booleans().map(lambda usage: {"stream": True, "stream_options": {"include_usage": usage}}),
+        st.integers(0, 5).map(lambda n: {"prompt_logprobs": n}),
     )
     return st.tuples(st.fixed_dictionaries({}, optional=fields), constraint, streaming).map(
         lambda parts: {**parts[0], **parts[1], **parts[2]}
@@ -188,7 +227,7 @@ def draw(model: Model, seed: int, count: int, in_flight: int = 3) -> list[list[t
 
 @dataclass(frozen=True)
 class Verdict:
-    kind: str  # served, 4xx, 5xx, stream-error, hang, death, unanswered
+    kind: str  # served, 4xx, 5xx, stream-error, hang, death, unanswered, violation (a wrong 200)
     detail: str = ""
 
     @property
@@ -245,40 +284,3 @@ def _judge_stream(text: str) -> Verdict:
         if any(c.get("finish_reason") == "error" for c in chunk.get("choices") or []):
             return Verdict("stream-error", "finish_reason error")
     return Verdict("served")
-
-
-# The failures the pack leaves, each listed in docs/performance.md with its replay files and vLLM issues.
-LISTED = {
-    "grammar-without-token": (
-        "an output constraint (structured_outputs, response_format) whose grammar the request's other "
-        "settings leave no token or whose end they ignore (allowed_token_ids, bad_words, logit_bias, "
-        "stop ids under min_tokens, ignore_eos): the engine samples a token the grammar rejects and "
-        "fails the request; vLLM #53665's wider case, of which upstream's #54218 fixes only min_tokens"
-    ),
-    "echo-stream-prompt-logprobs": (
-        "a streamed completion with echo and logprobs (seen with n 1 and 2): an error event, KeyError in "
-        "_create_completion_logprobs, the prompt's token ids met with logprobs that do not hold them. The "
-        "cause is not established; vLLM #2703 is this combination's issue (closed, a regression reported "
-        "there since), vllm-project/vllm-metal#680 the same KeyError from prompt logprobs never filled"
-    ),
-}
-
-
-def stop_id_killer(body: dict[str, Any], model: Model) -> bool:
-    """Whether a request has the shape of vLLM #54195's request-killer, which the pack refuses
-    (request-token-ids): ``min_tokens`` with a stop id past the logits' width."""
-    return bool(body.get("min_tokens")) and any(i >= model.vocab for i in body.get("stop_token_ids") or [])
-
-
-def listed(body: dict[str, Any]) -> str | None:
-    """The listed failure a request can meet (a key of LISTED), or None: a failure of any
-    other request is one the pack must fix or the docs must list."""
-    constrained = "structured_outputs" in body or "response_format" in body
-    masked = any(body.get(k) for k in ("allowed_token_ids", "bad_words", "logit_bias", "ignore_eos")) or bool(
-        body.get("min_tokens") and body.get("stop_token_ids")
-    )
-    if constrained and masked:
-        return "grammar-without-token"
-    if body.get("stream") and body.get("echo") and body.get("logprobs") is not None:
-        return "echo-stream-prompt-logprobs"
-    return None

@@ -23,7 +23,8 @@ CMPL, CHAT = "/v1/completions", "/v1/chat/completions"
 
 class Words:
     """A tokenizer of whole words, as a byte-level BPE's: a word after a space is another token
-    (" cat", id 12, is not "cat", id 3); id 8 is the end of text, which decodes to nothing."""
+    (" cat", id 12, is not "cat", id 3); id 8 is the end of text, which decodes to its name, as a
+    transformers tokenizer's ``decode`` does."""
 
     WORDS = ["yes", "no", "the", "cat", "river", "stone", "{", "}", "<eos>", " yes", " no", " the", " cat", " river"]
 
@@ -31,7 +32,7 @@ class Words:
         return [self.WORDS.index(word) for word in re.findall(r" ?[^ ]+", text)]
 
     def decode(self, ids: Sequence[int]) -> str:
-        return "".join(self.WORDS[i] for i in ids if i != 8)
+        return "".join(self.WORDS[i] for i in ids)
 
 
 TOK = Words()
@@ -90,6 +91,14 @@ def test_a_choice_cut_by_the_requests_own_stop_need_only_begin_one() -> None:
 def test_a_kept_stop_string_is_not_part_of_the_constrained_text() -> None:
     body = {**CHOICE, "stop": ["es"], "include_stop_str_in_output": True}
     assert judged(CMPL, body, plain(cmpl("yes", stop_reason="es"))) == []  # "y" + the stop string
+
+
+def test_a_kept_end_token_is_not_part_of_the_constrained_text() -> None:
+    """include_stop_str_in_output with skip_special_tokens false spells the end token out (seen)."""
+    body = {**CHOICE, "include_stop_str_in_output": True, "skip_special_tokens": False}
+    assert judged(CMPL, body, plain(cmpl("no<eos>", token_ids=[1, 8]))) == []
+    assert judged(CMPL, {**body, "stop_token_ids": [6]}, plain(cmpl("yes{", stop_reason=6, token_ids=[0, 6]))) == []
+    assert judged(CMPL, {**CHOICE, "skip_special_tokens": False}, plain(cmpl("no<eos>", token_ids=[1, 8])))
 
 
 def test_an_echoed_prompt_is_not_part_of_the_constrained_text() -> None:
@@ -319,7 +328,10 @@ def test_usage_sums_the_choices_and_a_stream_has_it_only_when_asked() -> None:
     assert judged(CMPL, {"stream": True}, sse(chunk, usage), streamed=True) == ["usage sent (stream True, None)"]
 
 
-def test_echo_of_a_truncated_prompt_shows_its_last_tokens() -> None:
+def test_echo_of_a_truncated_prompt_shows_the_prompt_as_sent() -> None:
+    """vLLM echoes the whole prompt, though the model saw only its last truncate_prompt_tokens (seen)."""
     body = {"echo": True, "prompt": "the cat river", "truncate_prompt_tokens": 1}
-    assert judged(CMPL, body, plain(cmpl(" river yes"))) == []
-    assert judged(CMPL, body, plain(cmpl("the cat river yes"))) == ["choice 0: echo without the prompt ' river'"]
+    assert judged(CMPL, body, plain(cmpl("the cat river yes"))) == []
+    assert judged(CMPL, body, plain(cmpl(" river yes"))) == ["choice 0: echo without the prompt 'the cat river'"]
+    ids = {"echo": True, "prompt": [2, 12, 13], "truncate_prompt_tokens": 1}
+    assert judged(CMPL, ids, plain(cmpl("the cat river yes"))) == []

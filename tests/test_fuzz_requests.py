@@ -17,7 +17,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.fuzz_requests import ENDPOINTS, LISTED, Model, batches, judge, listed  # noqa: E402
+from bench.fuzz_listed import LISTED, listed  # noqa: E402
+from bench.fuzz_requests import ENDPOINTS, Model, Verdict, batches, judge  # noqa: E402
 
 MODEL = Model("tiny", vocab=1024, tokenizer=1000)
 
@@ -43,15 +44,16 @@ import json, sys
 sys.path[:0] = [{str(REPO)!r}, {str(tmp_path)!r}]
 from bench.fuzz_requests import Model, batches, draw
 model = Model("tiny", 1024, 1000)
-before = batches(model, 78, 40), draw(model, 78, 40)
+seeds = (78, 3, 5, 26)
+before = [(batches(model, s, 40), draw(model, s, 40)) for s in seeds]
 import fuzz_noise
-after = batches(model, 78, 40), draw(model, 78, 40)
-print(json.dumps([before[0] == after[0], before[1] == after[1]]))
+after = [(batches(model, s, 40), draw(model, s, 40)) for s in seeds]
+print(json.dumps([[b[0] == a[0], b[1] == a[1]] for b, a in zip(before, after)]))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    same_batches, same_draw = json.loads(done.stdout)
-    assert not same_draw
-    assert same_batches
+    same = json.loads(done.stdout)
+    assert not all(same_draw for _, same_draw in same)  # some seed's in-process draw moved
+    assert all(same_batches for same_batches, _ in same)
 
 
 def test_requests_are_bodies_of_both_endpoints_with_ids_at_the_edges() -> None:
@@ -90,23 +92,62 @@ def test_the_oracle() -> None:
     assert judge(200, odd + "data: [DONE]\n\n", True).kind == "served"
 
 
+FIVE, STREAM, WRONG = (
+    Verdict("5xx", "HTTP 500"),
+    Verdict("stream-error", "finish_reason error"),
+    Verdict("violation", "x"),
+)
+
+
 def test_a_failure_is_listed_only_for_a_grammar_the_other_settings_can_leave_without_a_token() -> None:
     choice = {"structured_outputs": {"choice": ["yes", "no"]}}
     for masked in ({"allowed_token_ids": [1]}, {"bad_words": ["yes"]}, {"logit_bias": {"5": -100.0}},
                    {"ignore_eos": True}, {"min_tokens": 4, "stop_token_ids": [2]}):  # fmt: skip
-        assert listed({**choice, **masked}) == "grammar-without-token" in LISTED
-        assert listed({"response_format": {"type": "json_object"}, **masked}) == "grammar-without-token"
-        assert listed(masked) is None  # no grammar: a failure is the pack's to fix
-    assert listed(choice) is None and listed({**choice, "min_tokens": 4}) is None
-    assert listed({**choice, "stop_token_ids": [2]}) is None and listed({**choice, "ignore_eos": False}) is None
+        assert listed({**choice, **masked}, FIVE) == "grammar-without-token" in LISTED
+        assert listed({**choice, **masked}, STREAM) == "grammar-without-token"
+        assert listed({"response_format": {"type": "json_object"}, **masked}, FIVE) == "grammar-without-token"
+        assert listed(masked, FIVE) is None  # no grammar: a failure is the pack's to fix
+    assert listed(choice, FIVE) is None and listed({**choice, "min_tokens": 4}, FIVE) is None
+    assert (
+        listed({**choice, "stop_token_ids": [2]}, FIVE) is None
+        and listed({**choice, "ignore_eos": False}, FIVE) is None
+    )
     echo = {"stream": True, "echo": True, "logprobs": 0, "n": 2}
-    assert listed(echo) == "echo-stream-prompt-logprobs" in LISTED
-    assert listed({**echo, "n": 1}) == "echo-stream-prompt-logprobs" and listed({**echo, "stream": False}) is None
-    assert listed({k: v for k, v in echo.items() if k != "logprobs"}) is None
+    assert listed(echo, STREAM) == "echo-stream-prompt-logprobs" in LISTED
+    assert (
+        listed({**echo, "n": 1}, STREAM) == "echo-stream-prompt-logprobs"
+        and listed({**echo, "stream": False}, STREAM) is None
+    )
+    assert listed({k: v for k, v in echo.items() if k != "logprobs"}, STREAM) is None
+
+
+def test_a_listed_shape_that_fails_another_way_is_not_listed() -> None:
+    grammar = {"structured_outputs": {"choice": ["yes", "no"]}, "ignore_eos": True}
+    for other in (Verdict("hang"), Verdict("unanswered"), Verdict("death"), WRONG):
+        assert listed(grammar, other) is None, other
+    echo = {"stream": True, "echo": True, "logprobs": 0}
+    assert listed(echo, FIVE) is None and listed(echo, Verdict("hang")) is None
+
+
+def test_a_wrong_answer_is_listed_by_what_was_wrong() -> None:
+    tail = Verdict("violation", "choice 0 (stop, stop_reason None): ' 324\ufffdblue' is not one of ['7', 'blue']")
+    assert listed({"prompt": [2, 981, 175], **CHOICE}, tail) == "detokenizer-prompt-tail" in LISTED
+    assert listed({"prompt": "text", **CHOICE}, tail) is None  # not a token-id prompt
+    other = Verdict("violation", "choice 0 (stop, stop_reason None): 'maybe' is not one of ['7', 'blue']")
+    assert listed({"prompt": [2, 981, 175], **CHOICE}, other) is None
+    both = Verdict("violation", f"{tail.detail}; choice 0: 3 tokens, max_tokens 2")
+    assert listed({"prompt": [2, 981, 175], **CHOICE}, both) is None  # one finding is another bug's
+    echo = Verdict("violation", "choice 0: echo without the prompt 'the'; choice 1: echo without the prompt 'the'")
+    assert listed({"prompt": "the", "echo": True, "return_token_ids": True}, echo) == "echo-with-token-ids" in LISTED
+    assert listed({"prompt": "the", "echo": True}, echo) is None
+
+
+CHOICE = {"structured_outputs": {"choice": ["7", "blue"]}}
 
 
 class _StandIn(BaseHTTPRequestHandler):
-    """500 for a body with an out-of-vocabulary stop id, 200 otherwise; /health 200."""
+    """500 for a body with an out-of-vocabulary stop id, 200 otherwise: a wrong answer to a body with
+    a choice (none of its choices), a right one to the rest; /health 200."""
 
     models: list[str] = []  # the model each request named, in order
 
@@ -121,7 +162,9 @@ class _StandIn(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _StandIn.models.append(body.get("model"))
         bad = any(i >= MODEL.vocab for i in body.get("stop_token_ids", []))
-        answer = b"Internal Server Error" if bad else json.dumps({"choices": [{"finish_reason": "stop"}]}).encode()
+        text = "none of them" if "choice" in (body.get("structured_outputs") or {}) else ""
+        served = {"choices": [{"index": 0, "text": text, "finish_reason": "stop"}], "usage": {"completion_tokens": 0}}
+        answer = b"Internal Server Error" if bad else json.dumps(served).encode()
         self.send_response(500 if bad else 200)
         self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
@@ -161,6 +204,17 @@ def test_a_saved_failure_replays(stand_in: str, tmp_path: Path) -> None:
     _StandIn.models.clear()
     assert [v.kind for v in replay(saved, stand_in)] == ["5xx", "served"]
     assert _StandIn.models == ["served-here"] * 2  # the model this server serves, not the fuzzer's folder
+
+
+def test_a_served_answer_that_breaks_its_constraint_is_a_violation(stand_in: str) -> None:
+    from bench.fuzz_client import send_batch
+
+    choice = {"model": "tiny", "prompt": "yes or no", "structured_outputs": {"choice": ["yes", "no"]}}
+    sent = send_batch(
+        stand_in, [("/v1/completions", choice), ("/v1/completions", {"model": "tiny", "prompt": "x"})], 10
+    )
+    assert [v.kind for v in sent.verdicts] == ["violation", "served"] and sent.failed
+    assert sent.verdicts[0].detail == ("choice 0 (stop, stop_reason None): 'none of them' is not one of ['yes', 'no']")
 
 
 def test_a_schemathesis_case_replays_through_the_same_command(stand_in: str, tmp_path: Path) -> None:
