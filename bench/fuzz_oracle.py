@@ -39,6 +39,8 @@ from typing import Any, Protocol
 import jsonschema
 import regex
 
+from bench.fuzz_requests import sse_data
+
 __all__ = ["Answer", "Choice", "Tokenizer", "read_answer", "violations"]
 
 COMPLETIONS_MAX_TOKENS = 16  # vLLM's default max_tokens for /v1/completions
@@ -75,11 +77,6 @@ class Answer:
     prompt_logprobs: list[Any] | None = None  # chat's, on the answer itself
 
 
-def _events(text: str) -> list[dict[str, Any]]:
-    lines = regex.split(r"\r\n|\r|\n", text)
-    return [json.loads(line[len("data: ") :]) for line in lines if line.startswith("data: {")]
-
-
 def _take_logprobs(choice: Choice, logprobs: dict[str, Any] | None, chat: bool) -> None:
     if not logprobs:
         return
@@ -106,7 +103,7 @@ def read_answer(endpoint: str, text: str, streamed: bool) -> Answer:
             if choice.index in seen:
                 answer.repeated.append(choice.index)
             seen.add(choice.index)
-            choice.text = (raw.get("message") or {}).get("content") or "" if chat else raw.get("text") or ""
+            choice.text = ((raw.get("message") or {}).get("content") if chat else raw.get("text")) or ""
             choice.finish_reason, choice.stop_reason = raw.get("finish_reason"), raw.get("stop_reason")
             choice.token_ids = raw.get("token_ids")
             choice.prompt_logprobs = raw.get("prompt_logprobs")
@@ -115,7 +112,7 @@ def read_answer(endpoint: str, text: str, streamed: bool) -> Answer:
         return answer
     by_index: dict[int, Choice] = {}
     answer = Answer([], streamed=True)
-    for chunk in _events(text):
+    for chunk in (json.loads(event) for event in sse_data(text) if event.startswith("{")):
         if chunk.get("usage"):
             answer.usage = chunk["usage"]
         for raw in chunk.get("choices") or []:

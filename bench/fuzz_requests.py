@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-__all__ = ["Model", "Verdict", "batches", "draw", "judge", "ENDPOINTS"]
+__all__ = ["Model", "Verdict", "batches", "draw", "judge", "sse_data", "ENDPOINTS"]
 
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
 WORDS = ("the", "cat", "river", "stone", "yes", "no", "model", "server", "answer", "blue", "7", "42")
@@ -263,10 +263,15 @@ def judge(status: int | None, text: str, streamed: bool) -> Verdict:
 _SSE_LINE = re.compile(r"\r\n|\r|\n")
 
 
+def sse_data(text: str) -> list[str]:
+    """A stream's ``data:`` events, in order. An event ends at a line break as SSE defines it, not
+    at every break str.splitlines knows: a token's text may hold U+0085 or U+2028, which JSON leaves
+    unescaped."""
+    return [line[len("data: ") :] for line in _SSE_LINE.split(text) if line.startswith("data: ")]
+
+
 def _judge_stream(text: str) -> Verdict:
-    # an event ends at a line break as SSE defines it, not at every break str.splitlines knows:
-    # a token's text may hold U+0085 or U+2028, which JSON leaves unescaped
-    events = [line[len("data: ") :] for line in _SSE_LINE.split(text) if line.startswith("data: ")]
+    events = sse_data(text)
     if not events or events[-1].strip() != "[DONE]":
         return Verdict("stream-error", f"the stream did not end with [DONE]: {text[-200:]}")
     for event in events[:-1]:

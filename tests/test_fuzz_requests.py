@@ -315,3 +315,14 @@ def test_keep_copies_one_trimmed_file_per_distinct_failing_request_and_an_index(
     assert saved_kinds(kept[0]) == ["5xx"]
     index = (tmp_path / "kept" / "INDEX.md").read_text()
     assert "| patched-00001.json | /v1/completions | 5xx |" in index and "grammar-without-token" in index
+
+
+def test_the_table_has_a_column_of_wrong_answers() -> None:
+    from bench.fuzz import HEADER, KINDS, Tally
+
+    tally = Tally("patched", sent=9, batches=4, seconds=60.0, deaths=1)
+    tally.kinds.update({kind: n for n, kind in enumerate(KINDS)})
+    columns = [c.strip() for c in HEADER.splitlines()[0].strip("|").split("|")]
+    row = dict(zip(columns, (c.strip() for c in tally.row().strip("|").split("|"))))
+    assert row["wrong answers"] == str(KINDS.index("violation")) and row["hangs"] == str(KINDS.index("hang"))
+    assert row["deaths"] == "1" and row["minutes"] == "1.0" and len(row) == len(columns)
