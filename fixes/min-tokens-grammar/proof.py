@@ -260,6 +260,9 @@ class Scheduler:
         self.structured_output_manager = SimpleNamespace(
             should_advance=lambda request: request.use_structured_output,
             trim_reasoning_for_advance=lambda request, tokens: tokens,
+            # With grammar-no-token in the pack, a rejection first asks whether the request's own
+            # masks left the grammar no token: none here (no allowed_token_ids, no bad_words).
+            conflicting_params=lambda request, past_token_ids: None,
         )
 
     def step(self, request: Request, sampled: list[int]) -> tuple[list[int], bool, list[str]]:
