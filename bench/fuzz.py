@@ -3,7 +3,7 @@
 count what fails a request or kills the server (issue 46).
 
     FIXPACK_SERVE_ENV=DIR python3 bench/fuzz.py run [--seed 1] [--batches 200] [--minutes 20]
-        [--in-flight 3] [--server stock patched] [--profile vllm-0.26.0] [--schema-seconds 0]
+        [--in-flight 3] [--server stock patched] [--profile vllm-0.26.0] [--repeat-seeded] [--schema-seconds 0]
         [--schema-examples 100] [--out DIR] [--json FILE]
     python3 bench/fuzz.py replay FILE --url http://127.0.0.1:PORT
 
@@ -111,7 +111,8 @@ class Target:
 
 
 def run_batches(target: Target, drawn: list[list[tuple[str, dict[str, Any]]]], out: Path, minutes: float,
-                timeout: float = TIMEOUT, tokenizer: Tokenizer | None = None) -> Tally:  # fmt: skip
+                timeout: float = TIMEOUT, tokenizer: Tokenizer | None = None,
+                repeat_seeded: bool = False) -> Tally:  # fmt: skip
     tally = Tally(target.name)
     start = time.monotonic()
     server = target.start()
@@ -120,7 +121,7 @@ def run_batches(target: Target, drawn: list[list[tuple[str, dict[str, Any]]]], o
             if time.monotonic() - start > minutes * 60:
                 break
             offset = len(server.text())
-            sent = send_batch(server.url(""), batch, timeout, tokenizer)
+            sent = send_batch(server.url(""), batch, timeout, tokenizer, repeat_seeded)
             tally.batches += 1
             tally.sent += len(batch)
             for verdict in sent.verdicts:
@@ -149,8 +150,18 @@ def save_replay(out: Path, name: str, number: int, sent: Sent, died: bool, log: 
         "batch": number,
         "died": died,
         "requests": [
-            {"endpoint": e, "body": b, "status": s, "answer": t[:2000], "seconds": round(sec, 3), "verdict": asdict(v)}
-            for (e, b), (s, t, sec), v in zip(sent.batch, sent.answers, sent.verdicts)
+            {
+                "endpoint": e,
+                "body": b,
+                "request_id": i,
+                "status": s,
+                "answer": t[:2000],
+                "seconds": round(sec, 3),
+                "verdict": asdict(v),
+            }
+            for (e, b), (s, t, sec), v, i in zip(
+                sent.batch, sent.answers, sent.verdicts, sent.ids or [""] * len(sent.batch)
+            )
         ],
         "log": log.splitlines()[-200:],
     }
@@ -198,7 +209,7 @@ def summary(out: Path, server: str) -> list[str]:
             kind = request["verdict"]["kind"]
             if kind in ("served", "4xx"):
                 continue
-            cause = "a death's batch" if record["died"] else listed(request["body"], Verdict(**request["verdict"]))
+            cause = "a death's batch" if record["died"] else _listed(record, request)
             cause = cause or "not listed"
             counts[(kind, cause)] += 1
             if cause == "not listed":
@@ -224,10 +235,11 @@ def keep_distinct(out: Path, dest: Path, server: str) -> list[Path]:
         seen |= keys
         for request in record["requests"]:
             request["answer"] = request["answer"][:300]
-        record["log"] = [line for line in record["log"] if " ERROR " in line or "Error" in line]
+        # the error lines, and the traceback frames that say where an exception was raised
+        record["log"] = [line for line in record["log"] if " ERROR " in line or "Error" in line or 'File "' in line]
         kept.append(dest / path.name)
         kept[-1].write_text(json.dumps(record, indent=1) + "\n")
-        rows += [_index_row(path.name, r) for r in failed]
+        rows += [_index_row(path.name, record, r) for r in failed]
     (dest / "INDEX.md").write_text(
         f"# The failing requests of `{server}`, one replay file each\n\n"
         "Written by `python3 bench/fuzz.py keep`: each file is the first batch a distinct failing request "
@@ -242,11 +254,16 @@ _SETTINGS = ("allowed_token_ids", "bad_words", "logit_bias", "min_tokens", "stop
              "n", "echo", "logprobs", "stream")  # fmt: skip
 
 
-def _index_row(name: str, request: dict[str, Any]) -> str:
+def _listed(record: dict[str, Any], request: dict[str, Any]) -> str | None:
+    """The listed failure a saved request is, by its signature in the answer and the saved log."""
+    return listed(request["body"], Verdict(**request["verdict"]), record["log"], request.get("request_id", ""))
+
+
+def _index_row(name: str, record: dict[str, Any], request: dict[str, Any]) -> str:
     body = request["body"]
     constraint = json.dumps(body.get("structured_outputs") or body.get("response_format") or "")
     settings = ", ".join(f"{k} {json.dumps(body[k])}" for k in _SETTINGS if body.get(k) not in (None, False, [], {}))
-    why = listed(body, Verdict(**request["verdict"])) or "not listed: see bench/README.md"
+    why = _listed(record, request) or "not listed: see bench/README.md"
     return f"| {name} | {request['endpoint']} | {request['verdict']['kind']} | `{constraint}` | {settings} | {why} |\n"
 
 
@@ -278,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--minutes", type=float, default=20.0, help="per server")
     run.add_argument("--in-flight", type=int, default=3)
     run.add_argument("--timeout", type=float, default=TIMEOUT)
+    run.add_argument(
+        "--repeat-seeded", action="store_true", help="send each served seeded request twice more, alone: same text?"
+    )
     run.add_argument("--server", nargs="+", choices=["stock", "patched"], default=["stock", "patched"])
     run.add_argument("--profile", choices=["vllm-0.26.0", "v0.26.0"], default="vllm-0.26.0")
     run.add_argument("--schema-seconds", type=float, default=0.0, help="then Schemathesis, per server (0: not)")
@@ -335,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
         for target in targets(env, model_dir, args.server, args.profile, work):
             try:
                 if drawn:
-                    tallies.append(run_batches(target, drawn, args.out, args.minutes, args.timeout, tokenizer))
+                    tallies.append(
+                        run_batches(target, drawn, args.out, args.minutes, args.timeout, tokenizer, args.repeat_seeded)
+                    )
                     print(f"fuzz: {target.name}: {tallies[-1].row()}", flush=True)
                 if args.schema_seconds > 0:
                     sweep = schema_run(target, args.seed, args.schema_seconds, args.schema_examples, args.out)

@@ -10,13 +10,14 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench import fuzz_schema
-from bench.fuzz_oracle import Tokenizer, read_answer, violations
+from bench.fuzz_oracle import Tokenizer, read_answer, repeatable, seeded, violations
 from bench.fuzz_requests import Model, Verdict, judge
 
 TIMEOUT = 120.0  # seconds for one request before it counts as a hang
@@ -32,16 +33,18 @@ class Sent:
     batch: list[Request]
     answers: list[Answer]
     verdicts: list[Verdict]
+    ids: list[str] = field(default_factory=list)  # each request's X-Request-Id, which vLLM's log names
 
     @property
     def failed(self) -> bool:
         return any(v.failed for v in self.verdicts)
 
 
-def send(url: str, endpoint: str, body: Any, timeout: float) -> Answer:
-    request = urllib.request.Request(
-        url + endpoint, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
+def send(url: str, endpoint: str, body: Any, timeout: float, request_id: str | None = None) -> Answer:
+    headers = {"Content-Type": "application/json"}
+    if request_id is not None:
+        headers["X-Request-Id"] = request_id
+    request = urllib.request.Request(url + endpoint, data=json.dumps(body).encode(), headers=headers)
     start = time.monotonic()
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
@@ -52,12 +55,18 @@ def send(url: str, endpoint: str, body: Any, timeout: float) -> Answer:
         return None, f"{type(exc).__name__}: {exc}", time.monotonic() - start
 
 
-def send_batch(url: str, batch: list[Request], timeout: float, tokenizer: Tokenizer | None = None) -> Sent:
+def send_batch(
+    url: str, batch: list[Request], timeout: float, tokenizer: Tokenizer | None = None, repeat_seeded: bool = False
+) -> Sent:
     """The batch's requests at once, as clients in flight together; an unanswered request that
     took the whole timeout is a hang, a served answer that breaks what its request asked a
-    violation (the checks that need token ids run only with the model's ``tokenizer``)."""
+    violation (the checks that need token ids run only with the model's ``tokenizer``). Each
+    request carries an id of its own (``X-Request-Id``), so that a failure can be matched to the
+    server's log lines. With ``repeat_seeded``, each seeded request that was served is sent twice
+    more, alone, one after the other: texts that differ are a violation."""
+    ids = [f"fuzz-{uuid.uuid4().hex[:16]}" for _ in batch]
     with ThreadPoolExecutor(max_workers=len(batch)) as pool:
-        answers = list(pool.map(lambda r: send(url, r[0], r[1], timeout), batch))
+        answers = list(pool.map(lambda r: send(url, r[0][0], r[0][1], timeout, r[1]), zip(batch, ids)))
     verdicts = []
     for (endpoint, body), (status, text, seconds) in zip(batch, answers):
         streamed = bool(body.get("stream"))
@@ -66,10 +75,23 @@ def send_batch(url: str, batch: list[Request], timeout: float, tokenizer: Tokeni
             verdict = Verdict("hang", verdict.detail)
         if verdict.kind == "served":
             found = violations(endpoint, body, read_answer(endpoint, text, streamed), tokenizer)
+            if repeat_seeded and seeded(body):
+                found += _again_alone(url, endpoint, body, timeout)
             if found:
                 verdict = Verdict("violation", "; ".join(found)[:600])
         verdicts.append(verdict)
-    return Sent(batch, answers, verdicts)
+    return Sent(batch, answers, verdicts, ids)
+
+
+def _again_alone(url: str, endpoint: str, body: dict[str, Any], timeout: float) -> list[str]:
+    """A seeded request sent twice more, alone: what differs between the two answers (nothing
+    when either was not served: that answer is not this check's)."""
+    streamed = bool(body.get("stream"))
+    answers = [send(url, endpoint, body, timeout) for _ in range(2)]
+    if any(status != 200 or judge(status, text, streamed).kind != "served" for status, text, _ in answers):
+        return []
+    first, again = (read_answer(endpoint, text, streamed) for _, text, _ in answers)
+    return repeatable(first, again)
 
 
 def answers_health(url: str) -> bool:

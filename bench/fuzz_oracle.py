@@ -19,10 +19,15 @@ Each check keeps the exceptions vLLM documents, so that it raises no false alarm
   before ``min_tokens``);
 - no stop string in the generated text where vLLM looks for one (past the first ``min_tokens``
   tokens), unless ``include_stop_str_in_output``;
-- ``echo``: the text begins with the prompt;
+- ``echo``: the text begins with the prompt; a token-id prompt that ends inside a character (as
+  the engine got it, ``truncate_prompt_tokens`` applied) does not begin the generated text (its own
+  text, U+FFFD for the unfinished character, in front of it, after an echo too: vLLM #48853); the
+  rest of the text is judged without it;
 - logprobs: every value finite and at most 0 (vLLM writes -inf as -9999.0), no more alternatives
   than asked, the sampled token among them where vLLM returns it (completions, always; chat, when
   ``top_logprobs`` is at least 1); ``prompt_logprobs`` one entry per prompt token, the first None;
+- a seeded request sampled at a temperature, sent again twice alone, gives the same text each time
+  (``seeded``, ``repeatable``: the client sends them);
 - with token ids returned: each generated id in ``allowed_token_ids`` (the end-of-text id counts:
   vLLM masks it like any other id outside the list), and no ``bad_words`` sequence (each word as
   vLLM tokenizes it, with and without a leading space) among them.
@@ -41,7 +46,7 @@ import regex
 
 from bench.fuzz_requests import sse_data
 
-__all__ = ["Answer", "Choice", "Tokenizer", "read_answer", "violations"]
+__all__ = ["Answer", "Choice", "Tokenizer", "read_answer", "repeatable", "seeded", "violations"]
 
 COMPLETIONS_MAX_TOKENS = 16  # vLLM's default max_tokens for /v1/completions
 LOGPROB_SLACK = 1e-5  # a logprob a rounding above 0 is still a probability of 1
@@ -50,7 +55,7 @@ LOGPROB_SLACK = 1e-5  # a logprob a rounding above 0 is still a probability of 1
 class Tokenizer(Protocol):
     def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
 
-    def decode(self, ids: Sequence[int]) -> str: ...
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
 
 
 @dataclass
@@ -195,15 +200,40 @@ def _prompt_text(asked: Asked, tokenizer: Tokenizer | None) -> str | None:
     return None
 
 
+def _after_echo(asked: Asked, choice: Choice, tokenizer: Tokenizer | None) -> str | None:
+    """The choice's text after an echoed prompt; None where the echoed prompt cannot be told apart."""
+    if not asked.echo:
+        return choice.text
+    prompt = _prompt_text(asked, tokenizer)
+    if prompt is None or not choice.text.startswith(prompt):
+        return None
+    return choice.text[len(prompt) :]
+
+
+def _prompt_tail(asked: Asked, text: str, tokenizer: Tokenizer | None) -> str | None:
+    """The text of a token-id prompt that ends inside a character (the prompt as the engine got it:
+    ``truncate_prompt_tokens`` keeps its last ids), where it begins ``text``, the answer's text
+    after any echo: text the model did not generate."""
+    prompt = asked.body.get("prompt")
+    if asked.chat or tokenizer is None or not isinstance(prompt, list):
+        return None
+    if not prompt or not all(isinstance(i, int) for i in prompt):
+        return None
+    keep = asked.body.get("truncate_prompt_tokens")
+    ids = prompt[-keep:] if isinstance(keep, int) and keep > 0 else prompt
+    tail = tokenizer.decode(ids, skip_special_tokens=asked.body.get("skip_special_tokens", True))
+    return tail if tail.endswith("\ufffd") and text.startswith(tail) else None
+
+
 def generated_text(asked: Asked, choice: Choice, tokenizer: Tokenizer | None) -> str | None:
-    """The text the model generated: an echoed prompt and a kept stop string stripped; None where
-    the echoed prompt cannot be told apart."""
-    text = choice.text
-    if asked.echo:
-        prompt = _prompt_text(asked, tokenizer)
-        if prompt is None or not text.startswith(prompt):
-            return None
-        text = text[len(prompt) :]
+    """The text the model generated: an echoed prompt, a prompt's own text in front of it and a kept
+    stop string stripped; None where the echoed prompt cannot be told apart."""
+    text = _after_echo(asked, choice, tokenizer)
+    if text is None:
+        return None
+    tail = _prompt_tail(asked, text, tokenizer)
+    if tail is not None:
+        text = text[len(tail) :]
     if asked.body.get("include_stop_str_in_output") and choice.finish_reason == "stop":
         kept = _kept_stop(asked, choice, tokenizer)
         if kept and text.endswith(kept):
@@ -328,6 +358,15 @@ def check_echo(asked: Asked, choice: Choice, tokenizer: Tokenizer | None) -> lis
     return [] if choice.text.startswith(prompt) else [f"choice {choice.index}: echo without the prompt {prompt!r}"]
 
 
+def check_prompt_tail(asked: Asked, choice: Choice, tokenizer: Tokenizer | None) -> list[str]:
+    text = _after_echo(asked, choice, tokenizer)
+    tail = None if text is None else _prompt_tail(asked, text, tokenizer)
+    if tail is None:
+        return []
+    where = "after the echoed prompt, " if asked.echo else ""
+    return [f"choice {choice.index}: {where}the text begins with the prompt's own text {tail!r}"]
+
+
 def check_usage(asked: Asked, answer: Answer) -> list[str]:
     """A stream has usage only with ``stream_options.include_usage``; ``completion_tokens`` sums
     every choice, where each says its count."""
@@ -418,6 +457,7 @@ def violations(endpoint: str, body: dict[str, Any], answer: Answer, tokenizer: T
         found += check_prompt_logprobs(asked, answer.prompt_logprobs, "the answer")
     for choice in answer.choices:
         found += check_echo(asked, choice, tokenizer)
+        found += check_prompt_tail(asked, choice, tokenizer)
         found += check_lengths(asked, choice)
         found += check_logprobs(asked, choice)
         if not asked.chat:
@@ -428,3 +468,17 @@ def violations(endpoint: str, body: dict[str, Any], answer: Answer, tokenizer: T
             found += check_constraint(asked, choice, generated)
             found += check_stop_strings(asked, choice, generated, tokenizer)
     return found
+
+
+def seeded(body: dict[str, Any]) -> bool:
+    """Whether a request promises the same text for the same seed: a seed, sampled at a temperature
+    (vLLM's default is 1; at 0 every request is greedy, seed or not)."""
+    return body.get("seed") is not None and body.get("temperature", 1.0) != 0
+
+
+def repeatable(first: Answer, again: Answer) -> list[str]:
+    """What differs between two answers to the same seeded request, each sent alone."""
+    texts = [{c.index: c.text for c in answer.choices} for answer in (first, again)]
+    if texts[0] == texts[1]:
+        return []
+    return [f"seed: sent again alone, the texts differ: {texts[0]} then {texts[1]}"[:400]]

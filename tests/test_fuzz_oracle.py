@@ -24,15 +24,18 @@ CMPL, CHAT = "/v1/completions", "/v1/chat/completions"
 class Words:
     """A tokenizer of whole words, as a byte-level BPE's: a word after a space is another token
     (" cat", id 12, is not "cat", id 3); id 8 is the end of text, which decodes to its name, as a
-    transformers tokenizer's ``decode`` does."""
+    transformers tokenizer's ``decode`` does unless told to skip special tokens; id 14 is a byte
+    that begins a character and no more, which decodes to U+FFFD."""
 
-    WORDS = ["yes", "no", "the", "cat", "river", "stone", "{", "}", "<eos>", " yes", " no", " the", " cat", " river"]
+    WORDS = ["yes", "no", "the", "cat", "river", "stone", "{", "}", "<eos>", " yes", " no", " the", " cat", " river",
+             "\ufffd"]  # fmt: skip
+    SPECIAL = 8
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return [self.WORDS.index(word) for word in re.findall(r" ?[^ ]+", text)]
 
-    def decode(self, ids: Sequence[int]) -> str:
-        return "".join(self.WORDS[i] for i in ids)
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return "".join(self.WORDS[i] for i in ids if not (skip_special_tokens and i == self.SPECIAL))
 
 
 TOK = Words()
@@ -207,6 +210,32 @@ def test_echo_begins_with_the_prompt_text_or_its_decoded_ids() -> None:
     ]
     assert judged(CMPL, {"echo": True, "prompt": [2, 12]}, plain(cmpl("the cat yes"))) == []
     assert judged(CMPL, {"echo": True, "prompt": [2, 12]}, plain(cmpl("yes")))
+
+
+def test_a_prompt_that_ends_inside_a_character_does_not_begin_the_text() -> None:
+    # vLLM #48853: the detokenizer primed with such a prompt puts its text in front of the answer
+    tail = {"prompt": [8, 2, 14], **CHOICE}
+    assert judged(CMPL, tail, plain(cmpl("the\ufffdyes"))) == [
+        "choice 0: the text begins with the prompt's own text 'the\ufffd'"  # the choice is judged on "yes"
+    ]
+    assert judged(CMPL, tail, plain(cmpl("yes"))) == []
+    shown = {**tail, "skip_special_tokens": False}  # the end-of-text token is part of the prompt's text
+    assert judged(CMPL, shown, plain(cmpl("<eos>the\ufffdyes"))) == [
+        "choice 0: the text begins with the prompt's own text '<eos>the\ufffd'"
+    ]
+    # a prompt that ends on a whole character may be repeated by the model: a choice breaks its constraint
+    assert judged(CMPL, {"prompt": [2], **CHOICE}, plain(cmpl("theyes"))) == [
+        "choice 0 (stop, stop_reason None): 'theyes' is not one of ['yes', 'no']"
+    ]
+    assert judged(CMPL, {**tail, "echo": True}, plain(cmpl("<eos>the\ufffdyes"))) == []  # echoed: as asked
+    # after the echo, the same text again; a truncated prompt leaks only what the engine got
+    assert judged(CMPL, {**tail, "echo": True}, plain(cmpl("<eos>the\ufffdthe\ufffdyes"))) == [
+        "choice 0: after the echoed prompt, the text begins with the prompt's own text 'the\ufffd'"
+    ]
+    cut = {**tail, "truncate_prompt_tokens": 1}
+    assert judged(CMPL, cut, plain(cmpl("\ufffdyes"))) == [
+        "choice 0: the text begins with the prompt's own text '\ufffd'"
+    ]
 
 
 # --- logprobs ------------------------------------------------------------------------------------

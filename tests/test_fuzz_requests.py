@@ -97,42 +97,54 @@ FIVE, STREAM, WRONG = (
     Verdict("stream-error", "finish_reason error"),
     Verdict("violation", "x"),
 )
+RID = "fuzz-0123456789abcdef"
+REJECTED = [  # vLLM 0.26.0's log line for the request whose grammar rejected the sampled token
+    f"(EngineCore pid=7) ERROR 12-07 05:48:54 [scheduler.py:1749] Unexpected: grammar rejected tokens [0] for "
+    f"request cmpl-{RID}-0-864212c9. Terminating request."
+]
+KEY_ERROR = Verdict("stream-error", json.dumps({"message": "269", "type": "InternalServerError", "code": 500}))
+RAISED = [  # the completion stream generator's logger.exception: where the KeyError was raised
+    "ERROR 12-07 05:45:10 [serving.py:499] Error in completion stream generator.",
+    "Traceback (most recent call last):",
+    '  File "SITE/vllm/entrypoints/openai/completion/serving.py", line 695, in _create_completion_logprobs',
+    "    step_token = step_top_logprobs[token_id]",
+    "KeyError: 269",
+]
 
 
-def test_a_failure_is_listed_only_for_a_grammar_the_other_settings_can_leave_without_a_token() -> None:
-    choice = {"structured_outputs": {"choice": ["yes", "no"]}}
-    for masked in ({"allowed_token_ids": [1]}, {"bad_words": ["yes"]}, {"logit_bias": {"5": -100.0}},
-                   {"ignore_eos": True}, {"min_tokens": 4, "stop_token_ids": [2]}):  # fmt: skip
-        assert listed({**choice, **masked}, FIVE) == "grammar-without-token" in LISTED
-        assert listed({**choice, **masked}, STREAM) == "grammar-without-token"
-        assert listed({"response_format": {"type": "json_object"}, **masked}, FIVE) == "grammar-without-token"
-        assert listed(masked, FIVE) is None  # no grammar: a failure is the pack's to fix
-    assert listed(choice, FIVE) is None and listed({**choice, "min_tokens": 4}, FIVE) is None
-    assert (
-        listed({**choice, "stop_token_ids": [2]}, FIVE) is None
-        and listed({**choice, "ignore_eos": False}, FIVE) is None
-    )
+def test_a_grammars_failure_is_listed_by_the_log_line_that_names_the_request() -> None:
+    grammar = {"structured_outputs": {"choice": ["yes", "no"]}, "allowed_token_ids": [1]}
+    assert listed(grammar, FIVE, REJECTED, RID) == "grammar-without-token" in LISTED
+    assert listed(grammar, STREAM, REJECTED, RID) == "grammar-without-token"
+    assert listed({}, FIVE, REJECTED, RID) == "grammar-without-token"  # by what failed, not by its shape
+    assert listed(grammar, FIVE, REJECTED, "fuzz-another") is None  # another request's line
+    assert listed(grammar, FIVE, [], RID) is None and listed(grammar, FIVE, REJECTED) is None
+    assert listed(grammar, FIVE, ["ERROR ... IndexError: index 1024 is out of bounds"], RID) is None
+
+
+def test_the_echo_key_error_is_listed_by_the_exception_and_where_it_was_raised() -> None:
     echo = {"stream": True, "echo": True, "logprobs": 0, "n": 2}
-    assert listed(echo, STREAM) == "echo-stream-prompt-logprobs" in LISTED
-    assert (
-        listed({**echo, "n": 1}, STREAM) == "echo-stream-prompt-logprobs"
-        and listed({**echo, "stream": False}, STREAM) is None
-    )
-    assert listed({k: v for k, v in echo.items() if k != "logprobs"}, STREAM) is None
+    assert listed(echo, KEY_ERROR, RAISED) == "echo-stream-prompt-logprobs" in LISTED
+    elsewhere = [*RAISED[:2], '  File "SITE/vllm/outputs.py", line 180, in add', *RAISED[3:]]
+    assert listed(echo, KEY_ERROR, elsewhere) is None
+    assert listed(echo, KEY_ERROR, [*RAISED[:3], *elsewhere[2:]]) is None  # the last frame is another's
+    assert listed(echo, KEY_ERROR, RAISED[:4] + ["KeyError: 7"]) is None  # another key
+    assert listed({**echo, "logprobs": None}, KEY_ERROR, RAISED) is None
+    other = Verdict("stream-error", json.dumps({"message": "EngineDeadError", "type": "InternalServerError"}))
+    assert listed(echo, other, RAISED) is None and listed(echo, STREAM, RAISED) is None
 
 
-def test_a_listed_shape_that_fails_another_way_is_not_listed() -> None:
+def test_a_hang_an_unanswered_request_or_a_death_is_never_listed() -> None:
     grammar = {"structured_outputs": {"choice": ["yes", "no"]}, "ignore_eos": True}
     for other in (Verdict("hang"), Verdict("unanswered"), Verdict("death"), WRONG):
-        assert listed(grammar, other) is None, other
+        assert listed(grammar, other, REJECTED, RID) is None, other
     echo = {"stream": True, "echo": True, "logprobs": 0}
-    assert listed(echo, FIVE) is None and listed(echo, Verdict("hang")) is None
+    assert listed(echo, FIVE, RAISED) is None and listed(echo, Verdict("hang"), RAISED) is None
 
 
 def test_a_wrong_answer_is_listed_by_what_was_wrong() -> None:
-    tail = Verdict("violation", "choice 0 (stop, stop_reason None): ' 324\ufffdblue' is not one of ['7', 'blue']")
+    tail = Verdict("violation", "choice 0: the text begins with the prompt's own text ' 324\ufffd'")
     assert listed({"prompt": [2, 981, 175], **CHOICE}, tail) == "detokenizer-prompt-tail" in LISTED
-    assert listed({"prompt": "text", **CHOICE}, tail) is None  # not a token-id prompt
     other = Verdict("violation", "choice 0 (stop, stop_reason None): 'maybe' is not one of ['7', 'blue']")
     assert listed({"prompt": [2, 981, 175], **CHOICE}, other) is None
     both = Verdict("violation", f"{tail.detail}; choice 0: 3 tokens, max_tokens 2")
@@ -140,6 +152,19 @@ def test_a_wrong_answer_is_listed_by_what_was_wrong() -> None:
     echo = Verdict("violation", "choice 0: echo without the prompt 'the'; choice 1: echo without the prompt 'the'")
     assert listed({"prompt": "the", "echo": True, "return_token_ids": True}, echo) == "echo-with-token-ids" in LISTED
     assert listed({"prompt": "the", "echo": True}, echo) is None
+    outside = Verdict("violation", "choice 0: ids [0, 0] outside allowed_token_ids [103, 593]")
+    masked = {"allowed_token_ids": [103, 593], "stop_token_ids": [103, 593], "min_tokens": 12}
+    assert listed(masked, outside) == "allowed-ids-masked" in LISTED
+    assert listed({**masked, "stop_token_ids": [103]}, outside) is None  # 593 was left: another bug
+    assert listed({**masked, "min_tokens": 0}, outside) is None and listed({**masked, **CHOICE}, outside) is None
+
+
+def test_every_listed_failure_names_its_vllm_issue_and_the_fixes_that_remove_it() -> None:
+    fixes = {p.name for p in (REPO / "fixes").iterdir() if (p / "fix.toml").is_file()}
+    for key, item in LISTED.items():
+        assert all(i.startswith("vllm-project/vllm#") for i in item.issues), key
+        assert item.issues or "No vLLM issue" in item.what, key  # or says there is none
+        assert item.fixed_by and set(item.fixed_by) <= fixes, key
 
 
 CHOICE = {"structured_outputs": {"choice": ["7", "blue"]}}
@@ -147,9 +172,11 @@ CHOICE = {"structured_outputs": {"choice": ["7", "blue"]}}
 
 class _StandIn(BaseHTTPRequestHandler):
     """500 for a body with an out-of-vocabulary stop id, 200 otherwise: a wrong answer to a body with
-    a choice (none of its choices), a right one to the rest; /health 200."""
+    a choice (none of its choices), a right one to the rest, another text each time for the prompt
+    "unsteady"; /health 200."""
 
     models: list[str] = []  # the model each request named, in order
+    request_ids: list[str | None] = []  # the X-Request-Id of each request, in order
 
     def do_GET(self) -> None:
         answer = json.dumps({"data": [{"id": "served-here"}]}).encode() if self.path == "/v1/models" else b""
@@ -161,8 +188,11 @@ class _StandIn(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _StandIn.models.append(body.get("model"))
+        _StandIn.request_ids.append(self.headers.get("X-Request-Id"))
         bad = any(i >= MODEL.vocab for i in body.get("stop_token_ids", []))
         text = "none of them" if "choice" in (body.get("structured_outputs") or {}) else ""
+        if body.get("prompt") == "unsteady":
+            text = f"draw {len(_StandIn.models)}"
         served = {"choices": [{"index": 0, "text": text, "finish_reason": "stop"}], "usage": {"completion_tokens": 0}}
         answer = b"Internal Server Error" if bad else json.dumps(served).encode()
         self.send_response(500 if bad else 200)
@@ -185,6 +215,28 @@ def stand_in() -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+def test_each_request_carries_its_own_id_and_a_seeded_one_is_sent_again_alone(stand_in: str) -> None:
+    from bench.fuzz_client import send_batch
+
+    _StandIn.models.clear()
+    _StandIn.request_ids.clear()
+    steady, unsteady = (
+        {"model": "tiny", "prompt": "steady", "seed": 3},
+        {"model": "tiny", "prompt": "unsteady", "seed": 3},
+    )
+    sent = send_batch(stand_in, [("/v1/completions", steady), ("/v1/completions", {"model": "tiny"})], 10)
+    assert sorted(_StandIn.request_ids) == sorted(sent.ids) and len(set(sent.ids)) == 2  # not repeated unasked
+    _StandIn.request_ids.clear()
+    sent = send_batch(stand_in, [("/v1/completions", steady)], 10, repeat_seeded=True)
+    assert [v.kind for v in sent.verdicts] == ["served"] and len(_StandIn.request_ids) == 3
+    sent = send_batch(stand_in, [("/v1/completions", unsteady)], 10, repeat_seeded=True)
+    assert [v.kind for v in sent.verdicts] == ["violation"]
+    assert sent.verdicts[0].detail.startswith("seed: sent again alone, the texts differ")
+    _StandIn.request_ids.clear()
+    greedy = send_batch(stand_in, [("/v1/completions", {**unsteady, "temperature": 0})], 10, repeat_seeded=True)
+    assert [v.kind for v in greedy.verdicts] == ["served"] and len(_StandIn.request_ids) == 1  # greedy: no promise
 
 
 def test_a_saved_failure_replays(stand_in: str, tmp_path: Path) -> None:
@@ -287,7 +339,8 @@ def test_a_summary_counts_each_failure_by_its_cause(tmp_path: Path) -> None:
 
     grammar = {"structured_outputs": {"choice": ["yes"]}, "allowed_token_ids": [5]}
     failed, served = judge(500, "boom", False), judge(200, json.dumps({"choices": []}), False)
-    save_replay(tmp_path, "patched", 1, Sent([("/v1/completions", grammar)], [(500, "boom", 0.1)], [failed]), False, "")
+    named = Sent([("/v1/completions", grammar)], [(500, "boom", 0.1)], [failed], [RID])
+    save_replay(tmp_path, "patched", 1, named, False, "\n".join(REJECTED))
     other = Sent([("/v1/completions", {"n": 2}), ("/v1/completions", {})], [(500, "x", 0.1), (200, "", 0.1)],
                  [failed, served])  # fmt: skip
     save_replay(tmp_path, "patched", 2, other, False, "")
@@ -304,9 +357,9 @@ def test_keep_copies_one_trimmed_file_per_distinct_failing_request_and_an_index(
 
     grammar = {"model": "a", "structured_outputs": {"choice": ["yes"]}, "allowed_token_ids": [5]}
     failed = judge(500, "x" * 1000, False)
-    log = "INFO fine\n(EngineCore) ERROR grammar rejected tokens [5]\n"
+    log = f"INFO fine\n{REJECTED[0]}\n"
     for number, model in ((1, "a"), (2, "b")):  # the same request under another model's name: not kept again
-        sent = Sent([("/v1/completions", {**grammar, "model": model})], [(500, "x" * 1000, 0.1)], [failed])
+        sent = Sent([("/v1/completions", {**grammar, "model": model})], [(500, "x" * 1000, 0.1)], [failed], [RID])
         save_replay(tmp_path / "out", "patched", number, sent, False, log)
     kept = keep_distinct(tmp_path / "out", tmp_path / "kept", "patched")
     assert [p.name for p in kept] == ["patched-00001.json"]
