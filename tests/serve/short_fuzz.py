@@ -2,12 +2,14 @@
 seed, sent with bench/fuzz_client.py to a server a test already started, every served answer judged
 by bench/fuzz_oracle.py; the long run is bench/fuzz.py.
 
-On the patched server every batch is answered, the server stays up, and a failed request (a wrong
-200 included) is only ever one the docs list (docs/performance.md), by what failed
-(``fuzz_listed.listed``). On a stock server the same seed's run ends the server at its first batch
-holding the stop-id killer (batch KILLED_AT). The seed's requests are the same in every process and
-on every machine (``batches`` draws them apart from the test run's own modules, with the test
-extra's pinned Hypothesis); another seed or a change to the strategies moves the killer, which the
+On the patched server every batch is answered, the server stays up, and no request fails or gets a
+wrong 200; each seeded request is also sent twice more, alone, and must give the same text. A
+failure is described with the listed failure (docs/performance.md) its signature matches, if any
+(``fuzz_listed.listed``: the server's log lines of the batch, the request's id). On a stock server
+the same seed's run ends the server at its first batch holding the stop-id killer (batch
+KILLED_AT). The seed's requests are the same in every process and on every machine (``batches``
+draws them apart from the test run's own modules, with the test extra's pinned Hypothesis); another
+seed or a change to the strategies moves the killer, which the
 stock test names."""
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ KILLED_AT = 5  # the seed's first batch that holds a stop-id killer
 class Run:
     model: Model
     sent: list[Sent] = field(default_factory=list)
+    logs: list[list[str]] = field(default_factory=list)  # the server's log lines while each batch ran
     died_at: int | None = None  # the batch after which the server was gone
 
     def failures(self) -> list[tuple[dict, Verdict]]:
@@ -56,9 +59,14 @@ class Run:
         """The batches that hold a request of the stop-id killer's shape."""
         return [n for n, s in enumerate(self.sent) if any(stop_id_killer(body, self.model) for _, body in s.batch)]
 
-    def unlisted(self) -> list[tuple[dict, str]]:
-        """The failures the docs do not list: each request's body and what failed."""
-        return [(body, f"{v.kind}: {v.detail}") for body, v in self.failures() if listed(body, v) is None]
+    def described(self) -> list[str]:
+        """Each failure: what failed, the listed failure its signature matches (or none), its body."""
+        return [
+            f"{v.kind}: {v.detail} [{listed(body, v, log, rid) or 'not listed'}] {body}"
+            for s, log in zip(self.sent, self.logs)
+            for (_, body), v, rid in zip(s.batch, s.verdicts, s.ids)
+            if v.failed
+        ]
 
 
 def short_fuzz(server: Server, model_dir: Path, seed: int = SEED, count: int = BATCHES) -> Run:
@@ -66,9 +74,12 @@ def short_fuzz(server: Server, model_dir: Path, seed: int = SEED, count: int = B
     tokenizer = tokenizer_of(model_dir)
     run = Run(model_of(model_dir, tokenizer))
     for number, batch in enumerate(batches(run.model, seed, count)):
-        sent = send_batch(server.url(""), batch, TIMEOUT, tokenizer)
+        offset = len(server.text())
+        sent = send_batch(server.url(""), batch, TIMEOUT, tokenizer, repeat_seeded=True)
+        up = still_up(server.url(""), server.proc, SETTLE if sent.failed else 0.0)
         run.sent.append(sent)
-        if not still_up(server.url(""), server.proc, SETTLE if sent.failed else 0.0):
+        run.logs.append(server.text()[offset:].splitlines())
+        if not up:
             run.died_at = number
             break
     return run

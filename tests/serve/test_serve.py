@@ -33,7 +33,15 @@ from pathlib import Path
 import build_env
 import pytest
 from build_env import ServeEnv
-from killers import assert_refused, choice_answer, not_object_answers, post, stop_id_requests
+from killers import (
+    assert_issue_55_fixed,
+    assert_refused,
+    choice_answer,
+    issue_55_answers,
+    not_object_answers,
+    post,
+    stop_id_requests,
+)
 from server import Server, ServerError, logs_on_failure, wait_exits
 from vllm_serve import (
     CHECK_LINE,
@@ -184,10 +192,12 @@ def test_in_place_tp1(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
             # shows them on the stock server): refused, and served
             refused = post(fixed, "/v1/completions", stop_id_requests(tiny_model)["/v1/completions"])
             choice = choice_answer(fixed, tiny_model)
+            issue55 = issue_55_answers(fixed, tiny_model)
             bodies = not_object_answers(fixed)
         fixed_s = time.monotonic() - start
         assert_refused(*refused)
         assert choice[0] == 200 and choice[1] in ("yes", "no"), choice
+        assert_issue_55_fixed(issue55)
         assert all(status == 400 for statuses in bodies.values() for status in statuses), bodies
         digest = fix_set(copy.python, copy.site)
         assert_checked_everywhere(fixed, tree, digest, "in-place", workers=1)

@@ -8,6 +8,17 @@ against the pack, each server started with the tiny recipe's own serve arguments
   the server answers 20 more requests.
 - ``min_tokens`` with a choice the grammar can end before it (vLLM #53665): 500 on stock, the engine
   logging ``grammar rejected tokens``; a valid choice with the pack (min-tokens-grammar).
+- Issue 55's requests (killers.py): a constraint that ``allowed_token_ids`` leaves no token
+  (completions, chat, a stream) and a choice with ``ignore_eos`` answer 500 on stock, the engine
+  logging ``grammar rejected tokens``; with the pack a 400 ``BadRequestError`` naming the parameter
+  (grammar-no-token; an error event with code 400 in the stream) and the choice, ended by its
+  grammar (grammar-end-stops). A token-id prompt that ends inside a character gets the prompt's own
+  text in front of its answer on stock, the choice alone with the pack (detokenizer-prompt-tail);
+  echo with ``return_token_ids`` loses the prompt on stock, keeps it with the pack
+  (echo-token-ids); a streamed echo with logprobs and ``n`` 4 ends with a KeyError's error event in
+  some runs on stock (a race: the rate is reported), in none with the pack (echo-prompt-logprobs);
+  ``allowed_token_ids`` that are all stop ids, with ``min_tokens``, get ids outside the list on
+  stock, a 400 naming ``allowed_token_ids`` with the pack (allowed-ids-masked).
 - A JSON body that is not an object (Schemathesis's find, issue 46) on four JSON endpoints: 500 on
   stock, each an ``AttributeError`` in a request model's before-validator, the server still up; 400
   with the pack (request-body-object).
@@ -15,7 +26,7 @@ against the pack, each server started with the tiny recipe's own serve arguments
   again.
 - The serve tier's short seeded fuzz (short_fuzz.py): on a stock server the seed's first stop-id
   killer ends it, its worker logging the ``IndexError``; on the patched server every batch is
-  answered, the server up, no failure the README does not list.
+  answered, the server up, and no request fails or gets a wrong answer.
 - The allowed-token mask left behind by ``InputBatch.condense`` (vLLM #43894): the tiny recipe's
   ``allowed-token-ids-leak`` check, run LEAK_RUNS times on each; a race on this server, so the
   stock rate is reported; with the profile for vLLM's own builds (input-batch-condense-mask) it
@@ -24,7 +35,7 @@ against the pack, each server started with the tiny recipe's own serve arguments
 The pack here is the profile ``vllm-0.26.0``, applied through the entry point to a copy of the
 serve environment without vllm-gaudi (as vLLM's own builds are installed): in place for the
 symptoms, and as an overlay for its runtime check in every process. The v0.26.0 profile's servers
-(``test_serve.py``) check the first two symptoms too. The row swap (input-batch-swap-mask) is not
+(``test_serve.py``) check the first two symptoms and issue 55's too. The row swap (input-batch-swap-mask) is not
 reached on a CPU: its attention backend never reorders the batch; its proof shows it.
 """
 
@@ -39,10 +50,14 @@ import build_env
 from build_env import ServeEnv
 from killers import (
     BAD_ID,
+    ECHO_RUNS,
     GRAMMAR,
+    assert_issue_55_fixed,
+    assert_issue_55_stock,
     assert_refused,
     choice_answer,
     health,
+    issue_55_answers,
     not_object_answers,
     post,
     stop_id_requests,
@@ -95,6 +110,7 @@ def test_stock_server(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
             stock.start()
             stock.wait_ready()
             choices = [choice_answer(stock, tiny_model) for _ in range(3)]
+            issue55 = issue_55_answers(stock, tiny_model)
             leaks = leak_runs(stock, tiny_model)
             bodies = not_object_answers(stock)
             replayed = {name: [v.kind for v in replay(REPLAYS / name, stock.url(""))] for name in REPLAYED}
@@ -110,12 +126,15 @@ def test_stock_server(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
         finally:
             stock.stop()
         assert [status for status, _ in choices] == [500, 500, 500], choices
+        assert_issue_55_stock(issue55)
         assert all(status == 500 for statuses in bodies.values() for status in statuses), bodies
         assert replayed == {name: saved_kinds(REPLAYS / name) for name in REPLAYED}, replayed
         log = stock.text()
         # a replayed failure logs again what its file saved: a grammar's rejection, a validator's AttributeError
         saved = "".join((REPLAYS / name).read_text() for name in REPLAYED)
-        assert len(GRAMMAR.findall(log)) == 3 + len(GRAMMAR.findall(saved)), "not the grammar's rejections"
+        # the choices' 3, issue 55's conflicts (completions, chat, a stream) and ignore_eos
+        grammars = 3 + 3 + 1 + len(GRAMMAR.findall(saved))
+        assert len(GRAMMAR.findall(log)) == grammars, "not the grammar's rejections"
         assert len(NOT_GET.findall(log)) == sum(map(len, bodies.values())) + len(NO_GET.findall(saved)), (
             "not the validators' 500s"
         )
@@ -130,6 +149,9 @@ def test_stock_server(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> 
         assert_no_fixpack(stock)
     print(
         f"serve: stock: ready in {stock.ready_s:.1f} s; min_tokens + choice: {[s for s, _ in choices]}; "
+        f"issue 55: {issue55.conflict[0]} for a conflict, ignore_eos {issue55.ignore_eos[0]}, prompt tail "
+        f"{issue55.prompt_tail!r}, echo with token ids {issue55.echo_ids[0]!r}, echo + logprobs streams "
+        f"failed {issue55.echo_logprobs_failed}/{ECHO_RUNS}; "
         f"{LEAK}: failed {leaks.count(False)}/{LEAK_RUNS}; bodies not objects: {bodies}; "
         f"stop id {BAD_ID} with min_tokens: HTTP {killed[0]}, "
         f"every process ended by itself (exit {code}); test {time.monotonic() - start:.1f} s"
@@ -179,6 +201,7 @@ def test_vllm_profile_in_place(serve_env: ServeEnv, tiny_model: Path, tmp_path: 
         ]
         healthy = health(fixed)
         choices = [choice_answer(fixed, tiny_model) for _ in range(3)]
+        issue55 = issue_55_answers(fixed, tiny_model)
         leaks = leak_runs(fixed, tiny_model)
         bodies = not_object_answers(fixed)
         unfuzzed = fixed.text()  # the fuzz's listed failures log the grammar's rejections
@@ -191,11 +214,12 @@ def test_vllm_profile_in_place(serve_env: ServeEnv, tiny_model: Path, tmp_path: 
     assert more == [200] * MORE and healthy == 200
     assert [status for status, _ in choices] == [200] * 3, choices
     assert all(text in ("yes", "no") for _, text in choices), choices
+    assert_issue_55_fixed(issue55)
     assert not GRAMMAR.search(unfuzzed)
     assert leaks == [True] * LEAK_RUNS, f"{LEAK} failed {leaks.count(False)}/{LEAK_RUNS} with the pack"
     assert all(status == 400 for statuses in bodies.values() for status in statuses), bodies
     assert fuzzed.died_at is None and len(fuzzed.sent) == BATCHES, "the patched server went down"
-    assert not fuzzed.unlisted(), fuzzed.unlisted()
+    assert not fuzzed.failures(), fuzzed.described()
     ids = set(load_recipe(TINY, build_env.REPO).verify.by_id())
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
     assert all(f"{i} " in accepted.stdout for i in ids)
@@ -204,7 +228,8 @@ def test_vllm_profile_in_place(serve_env: ServeEnv, tiny_model: Path, tmp_path: 
         f"serve: {PROFILE} in place: ready in {fixed.ready_s:.1f} s; stop id {BAD_ID}: "
         f"{ {p: s for p, (s, _) in refused.items()} }; {MORE} more answered; min_tokens + choice: "
         f"{[t for _, t in choices]}; {LEAK}: failed 0/{LEAK_RUNS}; bodies not objects: 400; short fuzz "
-        f"(seed {SEED}): {len(fuzzed.sent)} batches, {len(fuzzed.failures())} listed failures; "
+        f"(seed {SEED}): {len(fuzzed.sent)} batches, {sum(map(len, (s.batch for s in fuzzed.sent)))} requests, "
+        f"{len(fuzzed.failures())} failures; issue 55's requests right; "
         f"recipe accept: {len(ids)} checks held; "
         f"test {time.monotonic() - start:.1f} s"
     )
