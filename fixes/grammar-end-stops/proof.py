@@ -32,7 +32,8 @@ from typing import Any
 
 import torch
 
-from fixpack.proofkit import Trees, compile_nodes, load_function, load_node, parse_file
+from fixes._support.scheduler import Logger, advance_block
+from fixpack.proofkit import Trees, compile_nodes, load_function, parse_file
 
 V = 12  # vocabulary size: one int32 word of the grammar bitmask
 EOS = 11  # the tokenizer's EOS
@@ -158,28 +159,6 @@ class Request:
         return len(self._all_token_ids)
 
 
-class Logger:
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-
-    def error(self, msg: str, *args: Any) -> None:
-        self.errors.append(msg % args)
-
-    def warning(self, msg: str, *args: Any) -> None:
-        self.errors.append(msg % args)
-
-
-def _advance_block(path: Path) -> ast.stmt:
-    """The statement of Scheduler.update_from_output that advances the grammar."""
-    method = load_node(path, "Scheduler.update_from_output")
-    found = [
-        node for node in ast.walk(method) if isinstance(node, ast.If) and "should_advance" in ast.unparse(node.test)
-    ]
-    if len(found) != 1:
-        raise RuntimeError(f"{path}: {len(found)} grammar advance blocks in update_from_output")
-    return found[0]
-
-
 class Manager:
     """StructuredOutputManager with no reasoning parser, its methods the tree's."""
 
@@ -241,7 +220,7 @@ class Engine:
             },
         )
         self.update = load_function(self.path, "Scheduler._update_request_with_output", {"check_stop": self.check_stop})
-        self.block = compile_nodes(self.path, [_advance_block(self.path)])
+        self.block = compile_nodes(self.path, [advance_block(self.path)])
         self.max_model_len = 4096
         self.structured_output_manager = Manager(root)
 

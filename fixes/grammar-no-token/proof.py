@@ -71,6 +71,7 @@ import regex
 import torch
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from fixes._support.scheduler import advance_block
 from fixpack.proofkit import Trees, compile_nodes, load_function, load_module, load_node, parse_file, stub_modules
 
 # A RAW vocabulary (the tokenizer's 66 tokens) in a model vocabulary of 70 (a 3-word bitmask row):
@@ -415,17 +416,6 @@ class Request:
         return len(self._all_token_ids)
 
 
-def _advance_block(path: Path) -> ast.stmt:
-    """The statement of Scheduler.update_from_output that advances the grammar."""
-    method = load_node(path, "Scheduler.update_from_output")
-    found = [
-        node for node in ast.walk(method) if isinstance(node, ast.If) and "should_advance" in ast.unparse(node.test)
-    ]
-    if len(found) != 1:
-        raise RuntimeError(f"{path}: {len(found)} grammar advance blocks in update_from_output")
-    return found[0]
-
-
 class Server:
     """The OpenAI server's path from a finish reason to what the client sees."""
 
@@ -539,7 +529,7 @@ class Env:
             },
         )
         self.update = load_function(sched, "Scheduler._update_request_with_output", {"check_stop": self.check_stop})
-        self.block = compile_nodes(sched, [_advance_block(sched)])
+        self.block = compile_nodes(sched, [advance_block(sched)])
         sampler = root / "vllm/v1/sample/sampler.py"
         bad_words = root / "vllm/v1/sample/ops/bad_words.py"
         single = load_function(bad_words, "_apply_bad_words_single_batch", {"_SMALLEST_LOGIT": float("-inf")})

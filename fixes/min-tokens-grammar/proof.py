@@ -20,7 +20,6 @@ rejects every token after that.
 
 from __future__ import annotations
 
-import ast
 import enum
 import sys
 from pathlib import Path
@@ -30,7 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fixpack.proofkit import Trees, compile_nodes, load_function, load_module, load_node, stub_modules
+from fixes._support.scheduler import Logger, advance_block
+from fixpack.proofkit import Trees, compile_nodes, load_function, load_module, stub_modules
 
 NEG_INF = float("-inf")
 V = 12  # vocabulary size
@@ -222,25 +222,6 @@ class Request:
         return len(self._all_token_ids)
 
 
-class Logger:
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-
-    def error(self, msg: str, *args: Any) -> None:
-        self.errors.append(msg % args)
-
-
-def _advance_block(path: Path) -> ast.stmt:
-    """The statement of Scheduler.update_from_output that advances the grammar."""
-    method = load_node(path, "Scheduler.update_from_output")
-    found = [
-        node for node in ast.walk(method) if isinstance(node, ast.If) and "should_advance" in ast.unparse(node.test)
-    ]
-    if len(found) != 1:
-        raise RuntimeError(f"{path}: {len(found)} grammar advance blocks in update_from_output")
-    return found[0]
-
-
 class Scheduler:
     def __init__(self, root: Path) -> None:
         self.path = root / "vllm/v1/core/sched/scheduler.py"
@@ -255,7 +236,7 @@ class Scheduler:
             },
         )
         self.update = load_function(self.path, "Scheduler._update_request_with_output", {"check_stop": self.check_stop})
-        self.block = compile_nodes(self.path, [_advance_block(self.path)])
+        self.block = compile_nodes(self.path, [advance_block(self.path)])
         self.max_model_len = 4096
         self.structured_output_manager = SimpleNamespace(
             should_advance=lambda request: request.use_structured_output,
