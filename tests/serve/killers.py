@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -226,3 +229,74 @@ def assert_issue_55_fixed(seen: Issue55) -> None:
     assert seen.echo_logprobs_failed == 0, f"{seen.echo_logprobs_failed}/{ECHO_RUNS} streams ended with an error"
     status, error = seen.stops_only
     assert status == 400 and error.get("param") == "allowed_token_ids", seen.stops_only
+
+
+# cpu-seeded-batch (vllm-0.26.0 only): a seeded request sampled at a temperature, alone and beside an
+# unseeded request that is still generating (vLLM #51226)
+SEEDED = {"prompt": "hello world", "max_tokens": 24, "ignore_eos": True, "temperature": 2.0, "seed": 42}
+NEIGHBOUR = {"prompt": "the quick brown", "max_tokens": 480, "ignore_eos": True, "temperature": 1.0, "stream": True}
+SEEDED_RUNS = 3
+SEEDED_TRIES = 12
+
+
+@dataclass
+class SeededBatch:
+    """A seeded request's texts: each sent alone, and each sent while an unseeded one was generating."""
+
+    alone: list[str]
+    beside: list[str]
+    overlapped: list[bool]  # per run beside: the unseeded request was still generating when it was answered
+
+    def overlapping(self) -> list[str]:
+        return [text for text, both in zip(self.beside, self.overlapped) if both]
+
+
+def _text(status: int | None, body: str) -> str:
+    assert status == 200, (status, body[:300])
+    return json.loads(body)["choices"][0]["text"]
+
+
+def _neighbour(server: Server, model: Path, started: threading.Event) -> float:
+    """Stream NEIGHBOUR to its end; ``started`` is set at its first event. Returns when it ended."""
+    body = json.dumps({"model": str(model), **NEIGHBOUR}).encode()
+    request = urllib.request.Request(
+        server.url("/v1/completions"), data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            for line in answer:
+                if line.startswith(b"data: "):
+                    started.set()
+    finally:
+        started.set()
+    return time.monotonic()
+
+
+def seeded_batch_answers(server: Server, model: Path) -> SeededBatch:
+    """SEEDED alone SEEDED_RUNS times, then beside NEIGHBOUR until SEEDED_RUNS of those runs overlapped
+    (the unseeded request still generating when the seeded one was answered), at most SEEDED_TRIES."""
+    seeded = {"model": str(model), **SEEDED}
+    alone = [_text(*post(server, "/v1/completions", seeded)) for _ in range(SEEDED_RUNS)]
+    beside, overlapped = [], []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        while overlapped.count(True) < SEEDED_RUNS and len(overlapped) < SEEDED_TRIES:
+            started = threading.Event()
+            ended = pool.submit(_neighbour, server, model, started)
+            assert started.wait(120), "the unseeded request sent no event"
+            beside.append(_text(*post(server, "/v1/completions", seeded)))
+            answered = time.monotonic()
+            overlapped.append(ended.result() > answered)
+    return SeededBatch(alone, beside, overlapped)
+
+
+def assert_seeded_batch_stock(seen: SeededBatch) -> None:
+    """Stock vLLM 0.26.0's CPU build: the same alone, another text beside an unseeded request."""
+    assert len(set(seen.alone)) == 1, seen.alone
+    assert len(seen.overlapping()) == SEEDED_RUNS, seen
+    assert any(text != seen.alone[0] for text in seen.overlapping()), seen
+
+
+def assert_seeded_batch_fixed(seen: SeededBatch) -> None:
+    """With cpu-seeded-batch: the same text alone or beside an unseeded request."""
+    assert len(seen.overlapping()) == SEEDED_RUNS, seen
+    assert set(seen.alone) == set(seen.beside) and len(set(seen.alone)) == 1, seen
