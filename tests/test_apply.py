@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from pathlib import Path
 
 from builders import BATCH, GAUDI_COMMIT, RUNNER, SAMPLER, make_site
@@ -316,3 +318,22 @@ def test_the_help_renders_the_one_table_of_environment_variables(cli):
     sources = [p.read_text() for p in repo.joinpath("fixpack").rglob("*.py")]
     read = {name for text in sources for name in re.findall(r"FIXPACK_\w*[A-Z]", text)}
     assert read - {"FIXPACK_SRC"} <= set(VARIABLES) | set(TESTS_ONLY)  # FIXPACK_SRC_*: the two of them
+
+
+def test_what_apply_writes_is_readable_by_other_users_whatever_the_umask(cli, cookbook, site, tmp_path):
+    """Issue 56: the patched files, the runtime check and the state, in place and in an overlay, are
+    0644 in 0755 folders under a umask of 077 (a vLLM of another uid reads what root wrote)."""
+    two_fixes(cookbook)
+    overlay, under = tmp_path / "overlay", make_site(tmp_path / "under")
+    old = os.umask(0o077)
+    try:
+        for target, where in ((site, ()), (under, ("--overlay", str(overlay)))):
+            r = cli("apply", "--profile", "v0.26.0", "--site", str(target.path), *where)
+            assert r.exit_code == 0, r.stderr
+    finally:
+        os.umask(old)
+    written = [site.path / "vllm/sampler.py", *site.path.glob("fixpack_runtime_check*/**/*"), *overlay.rglob("*")]
+    written += [p for p in site.path.rglob("*") if ".fixpack" in p.parts]
+    assert len(written) > 10
+    modes = {p: stat.S_IMODE(p.stat().st_mode) for p in written}
+    assert {p: m for p, m in modes.items() if m != (0o755 if p.is_dir() else 0o644)} == {}

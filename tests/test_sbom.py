@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -377,6 +378,42 @@ def test_bad_merge_input_is_a_usage_error_in_one_line_and_nothing_is_written(app
     line = refused(cli("sbom", "--site", str(applied.path), "--merge", str(source), "-o", str(out)), 2)
     assert said in line and str(source) in line
     assert list(out.parent.iterdir()) == []
+
+
+def test_an_output_is_never_written_through_a_link_nor_over_a_special_file(applied, cli, tmp_path):
+    """Issue 56: a link planted where the old temporary name was, a link or a FIFO named as the
+    output, and a device: the link's target, the FIFO and the device are as they were."""
+    victim = tmp_path / "victim"
+    victim.write_text("kept\n")
+    out = tmp_path / "sbom.json"
+    (tmp_path / ".sbom.json.fixpack-tmp").symlink_to(victim)
+    assert cli("sbom", "--site", str(applied.path), "-o", str(out)).exit_code == 0
+    assert victim.read_text() == "kept\n" and valid(out.read_text())
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+    link, fifo = tmp_path / "link.json", tmp_path / "fifo.json"
+    link.symlink_to(victim)
+    os.mkfifo(fifo)
+    targets = [(link, "is a symbolic link"), (fifo, "is not a regular file")]
+    if os.geteuid() == 0:  # a character device like /dev/null, made here
+        device = tmp_path / "null"
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        targets.append((device, "is not a regular file"))
+    for target, said in targets:
+        before = sorted((p.name, p.lstat().st_mode) for p in tmp_path.iterdir())
+        line = refused(cli("sbom", "--site", str(applied.path), "-o", str(target)), 3)
+        assert f"--output {target}: {said}" in line and "nothing was written" in line, line
+        assert sorted((p.name, p.lstat().st_mode) for p in tmp_path.iterdir()) == before
+    assert victim.read_text() == "kept\n" and link.readlink() == victim
+
+
+def test_a_new_output_is_readable_by_others_whatever_the_umask(applied, cli, tmp_path):
+    old = os.umask(0o077)
+    try:
+        assert cli("sbom", "--site", str(applied.path), "-o", str(tmp_path / "sbom.json")).exit_code == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "sbom.json").stat().st_mode) == 0o644
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".fixpack-tmp")] == []
 
 
 def test_an_output_that_cannot_be_written_is_an_environment_error_and_nothing_is_left(applied, cli, tmp_path):

@@ -109,6 +109,7 @@ def verify(
     The --source trees are copied to a scratch folder and never touched. Exits 1 listing every failure
     (with --mutants, every surviving mutant not recorded as harmless).
     """
+    from ..commands.install.outputs import write_named
     from ..commands.maintain.proving.verify import junit as junit_xml
     from ..commands.maintain.proving.verify import verify_profiles
 
@@ -133,7 +134,7 @@ def verify(
         book, chosen, roots, jobs=jobs, mutants=with_mutants, per_fix=mutants_per_fix, coverage=with_coverage, only=only
     )
     if junit:
-        junit.write_text(junit_xml(verdicts), encoding="utf-8")
+        write_named("--junit", junit, junit_xml(verdicts))
     if as_json:
         data = render.verify_json(verdicts)
         if with_mutants:

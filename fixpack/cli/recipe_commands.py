@@ -258,6 +258,7 @@ def accept(
     against a live server, with the official openai client (pip install 'fixpack[accept]').
     SLUG: the recipe's meta.slug, or a recipe file's path. Exit 0 every check held, 1 some
     failed, 3 the server cannot be reached or does not list the recipe's model."""
+    from ..commands.install.outputs import write_named
     from ..commands.recipes.accept import accept as run_accept
     from ..commands.recipes.accept import as_json as result_json
     from ..commands.recipes.recipe import find
@@ -265,7 +266,8 @@ def accept(
     r = find(catalog(), slug)
     result = run_accept(r, url, only=only, api_key=api_key, model=model, progress=render_accept.progress(sys.stderr))
     if junit is not None:
-        render_accept.junit(result, junit)
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        write_named("--junit", junit, render_accept.junit(result))
     if as_json:
         render.dump(result_json(result))
     else:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
 from .render import paint
@@ -63,7 +62,8 @@ def table(result: Any, out: TextIO) -> None:
     )
 
 
-def junit(result: Any, path: Path) -> None:
+def junit(result: Any) -> str:
+    """The JUnit XML of an accept run."""
     failed = sum(1 for c in result.checks if not c.ok)
     suite = ET.Element(
         "testsuite",
@@ -83,5 +83,4 @@ def junit(result: Any, path: Path) -> None:
             failure = ET.SubElement(case, "failure", message=c.detail or "failed")
             fixes = ", ".join(c.fixes) or "-"
             failure.text = f"{c.id}: {c.detail}\nmeasured {c.measured or '-'}, page {c.page or '-'}; fixes: {fixes}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    return ET.tostring(suite, encoding="utf-8", xml_declaration=True).decode("utf-8")

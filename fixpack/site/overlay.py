@@ -37,7 +37,7 @@ from ..errors import EnvironmentProblem, Refused
 from . import confine, flock, plugin
 from .destination import Held, InstalledFile, Placement, Rebuilt, Shadow, Write
 from .distributions import Distribution
-from .files import CrashCounter, fsync_dir, write_synced
+from .files import CrashCounter, fsync_dir, make_folders, write_synced
 from .layout import MANIFEST, STATE_DIR_NAME, aside_prefix
 from .manifest import Manifest
 from .state import read_manifest
@@ -164,7 +164,7 @@ class Overlay:
             folders = {tmp}
             for rel, content in sorted(files.items()):
                 path = confine.inside(tmp, rel)
-                path.parent.mkdir(parents=True, exist_ok=True)
+                make_folders(path.parent)
                 write_synced(path, content)
                 folders.add(path.parent)
                 counter.wrote()

@@ -36,6 +36,7 @@ from .files import (
     atomic_write,
     fsync_dir,
     keep_mode,
+    make_folders,
     remove,
     remove_bytecode,
     stale_bytecode,
@@ -136,7 +137,7 @@ def commit(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None
 
 def _commit(state_dir: Path, writes: list[Write], roots: dict[str, Path], counter: CrashCounter) -> None:
     journal = state_dir / JOURNAL
-    journal.mkdir(parents=True, exist_ok=True)
+    make_folders(journal)
     made: list[Path] = []  # folders the staging made
     staged: list[Path] = []  # temporary files it wrote
     try:  # until the first target changes, a failure leaves no trace
@@ -192,7 +193,7 @@ def _stage(writes: list[Write], made: list[Path], staged: list[Path], counter: C
     for w in writes:
         if w.content is None or w.path in linked:
             continue
-        _make_parents(w.path.parent, made)
+        made.extend(make_folders(w.path.parent))
         tmp = tmp_name(w.path)
         staged.append(tmp)
         write_synced(tmp, w.content)
@@ -211,16 +212,6 @@ def _unstage(staged: list[Path], made: list[Path]) -> None:
             folder.rmdir()
 
 
-def _make_parents(folder: Path, made: list[Path]) -> None:
-    missing = []
-    while not folder.is_dir():
-        missing.append(folder)
-        folder = folder.parent
-    for f in reversed(missing):
-        f.mkdir(exist_ok=True)
-        made.append(f)
-
-
 def _link_copies(writes: list[Write], made: list[Path], staged: list[Path], counter: CrashCounter) -> dict[Path, bool]:
     """The writes whose ``same_as`` holds exactly their bytes, each given a hard link to it now,
     before any target changes: the pristine copy of a file about to be patched is its old inode
@@ -237,7 +228,7 @@ def _link_copies(writes: list[Write], made: list[Path], staged: list[Path], coun
         try:
             if w.same_as.read_bytes() != w.content:
                 continue
-            _make_parents(w.path.parent, made)
+            made.extend(make_folders(w.path.parent))
             if not in_place:
                 to.unlink(missing_ok=True)
             staged.append(to)

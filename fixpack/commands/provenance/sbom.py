@@ -9,14 +9,13 @@ The same site gives the same bytes, however often and wherever it is copied to; 
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from ...cookbook.catalog import Catalog
 from ...errors import EnvironmentProblem, FixpackError, UsageError
-from ...site import files
+from ..install.outputs import write_named
 from .facts import applied
 
 __all__ = ["Sbom", "sbom", "write"]
@@ -83,13 +82,4 @@ def sbom(
 
 def write(text: str, output: Path) -> None:
     """``output`` holds ``text`` whole, or is as it was: written beside it and renamed over it."""
-    if output.is_dir():
-        raise EnvironmentProblem(f"--output {output}: is a directory", path=str(output))
-    try:
-        files.atomic_write(output, text.encode("utf-8"), like=output)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            files.tmp_name(output).unlink()
-        raise EnvironmentProblem(
-            f"--output {output}: cannot write it ({exc.strerror or exc})", path=str(output)
-        ) from None
+    write_named("--output", output, text)
