@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from fixpack.runtime import fixset
 from fixpack.runtime.agree import disagreement, ranks_text
 from fixpack.site import plugin
 
@@ -88,6 +89,12 @@ store.wait(["test/done/0", "test/done/1"], timedelta(seconds=60))
 PATCHED = b"def f():\n    return 2\n"
 
 
+def digest(fixes: list[str]) -> str:
+    """The fix set of a rank's site below: ``fixes`` leaving vllm_gaudi/runner.py as PATCHED."""
+    row = {"dist": "vllm-gaudi", "path": "vllm_gaudi/runner.py", "sha256": hashlib.sha256(PATCHED).hexdigest()}
+    return fixset.digest_of({"release": "v0.26.0", "fixes": fixes, "files": [row]})
+
+
 def _ranks(tmp_path: Path, mode: str, fixes: list[list[str]], edited: int | None = None) -> list[str]:
     """Each rank's site holds one patched file, ``vllm_gaudi/runner.py``; rank ``edited`` has it
     changed after the apply."""
@@ -100,10 +107,11 @@ def _ranks(tmp_path: Path, mode: str, fixes: list[list[str]], edited: int | None
         patched = folder / "vllm_gaudi" / "runner.py"
         patched.parent.mkdir(parents=True)
         patched.write_bytes(PATCHED + (b"# edited\n" if rank == edited else b""))
-        entry = {"path": "vllm_gaudi/runner.py", "module": "vllm_gaudi.runner", "file": str(patched)}
-        entry.update(sha256=hashlib.sha256(PATCHED).hexdigest(), original=None, pristine=None)
-        index = {"format": 1, "mode": "in-place", "profile": "v0.26.0", "release": "v0.26.0", "files": [entry]}
-        index.update(fixes=rank_fixes, fix_set={"digest": f"{len(rank_fixes):016x}", "fixes": rank_fixes})
+        entry = {"path": "vllm_gaudi/runner.py", "dist": "vllm-gaudi", "module": "vllm_gaudi.runner"}
+        entry.update(file=str(patched), sha256=hashlib.sha256(PATCHED).hexdigest(), original=None, pristine=None)
+        index = {"format": 2, "mode": "in-place", "profile": "v0.26.0", "release": "v0.26.0", "files": [entry]}
+        index.update(fixes=rank_fixes, packages=["vllm_gaudi"])
+        index["fix_set"] = {"digest": fixset.digest_of(index), "fixes": rank_fixes}
         for rel, content in plugin.files(json.dumps(index).encode()).items():
             (folder / rel).parent.mkdir(parents=True, exist_ok=True)
             (folder / rel).write_bytes(content)
@@ -143,7 +151,7 @@ def test_a_rank_whose_patched_file_was_edited_is_named_by_both_ranks(tmp_path: P
     # the ranks do not run the runtime check first here: the agreement hashes the file itself
     for out in _ranks(tmp_path, "warn", [FULL, FULL], edited=1):
         assert "started" in out and "do not run one fix set" in out, out
-        assert f"fix set {len(FULL):016x} (profile v0.26.0, 3 fixes) on rank 0 (" in out
+        assert f"fix set {digest(FULL)} (profile v0.26.0, 3 fixes) on rank 0 (" in out
         assert "no digest (drifted: vllm_gaudi/runner.py) (profile v0.26.0, 3 fixes) on rank 1 (" in out
         assert "agree on fix set" not in out
 

@@ -13,7 +13,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "fixpack"
 
 # module prefix -> the fixpack modules it may import (besides itself and its own sub-modules)
 ALLOWED = {
-    "fixpack.core": {"fixpack.core", "fixpack.models", "fixpack.errors"},
+    # fixpack.runtime.fixset: a fix set's canonical form, which the runtime check recomputes
+    "fixpack.core": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.runtime.fixset"},
     "fixpack.models": set(),
     "fixpack.errors": set(),
     "fixpack.transforms": {"fixpack.core"},
@@ -33,6 +34,7 @@ ALLOWED = {
         "fixpack.cookbook",
         "fixpack.site",
         "fixpack.runtime.fixset",
+        "fixpack.runtime.check",  # what every process would refuse, which status reports
     },
     "fixpack.commands.maintain": {
         "fixpack",
@@ -199,7 +201,7 @@ def test_the_runtime_index_has_one_reader_and_writer():
     assert named == {"fixpack.runtime.index"}
     users = {m for m, imports in GRAPH.items() if "fixpack.runtime.index" in imports}
     # the overlay's hook loads it by its path, not by import (tests/test_runtime.py runs that path)
-    assert users == {"fixpack.runtime.check", "fixpack.runtime.agree", "fixpack.site.plugin"}
+    assert users == {"fixpack.runtime.check", "fixpack.runtime.agree", "fixpack.runtime.fixset", "fixpack.site.plugin"}
 
 
 # The modules that parse or render a format fixpack keeps on disk (or reads of pip's), each the one
@@ -213,7 +215,7 @@ FORMATS = {
     "fixpack.site.commits": "pip's direct_url.json (PEP 610)",
     "fixpack.runtime.index": "the runtime index, fixpack_runtime_check/index.json",
     "fixpack.runtime.agree": "no file: each rank's record in torch's store",
-    "fixpack.core.identity": "no file: a fix set's identity, hashed",
+    "fixpack.runtime.fixset": "no file: a fix set's identity, hashed (fixpack.core.identity's canonical form)",
 }
 
 

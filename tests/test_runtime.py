@@ -138,17 +138,17 @@ def _with_format(path, value) -> None:
 def test_an_index_of_another_format_is_the_checks_problem_line(cookbook, site, cli):
     three_fixes(cookbook)
     assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
-    _with_format(site.path / "fixpack_runtime_check" / "index.json", 2)
+    _with_format(site.path / "fixpack_runtime_check" / "index.json", 3)
     out = py(LOAD, site.path)
     assert out.returncode == 1 and "RuntimeError: fixpack:" in out.stderr, out.stderr
-    assert "index format 2; this fixpack reads format 1" in out.stderr
+    assert "index format 3; this fixpack reads format 2" in out.stderr
 
 
 def test_an_index_of_another_format_leaves_the_overlay_inactive_saying_why(cookbook, site, tmp_path):
     three_fixes(cookbook)
     overlay = tmp_path / "overlay"
     assert apply_overlay(cookbook, site, overlay).returncode == 0
-    _with_format(overlay / "fixpack_runtime_check" / "index.json", 2)
+    _with_format(overlay / "fixpack_runtime_check" / "index.json", 3)
     out = py("import vllm_gaudi.runner as r; print(r.f2())", overlay, site.path)
     assert out.stdout.split() == ["2"]  # the installed module: the finder is not there
-    assert "fixpack overlay: the index in" in out.stderr and "index format 2; this fixpack reads format 1" in out.stderr
+    assert "fixpack overlay: the index in" in out.stderr and "index format 3; this fixpack reads format 2" in out.stderr

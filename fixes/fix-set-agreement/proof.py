@@ -16,7 +16,6 @@ or neither has fixpack's runtime check (stock vLLM), both start as before.
 from __future__ import annotations
 
 import ast
-import json
 import multiprocessing
 import os
 import socket
@@ -28,6 +27,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from fixpack.proofkit import load_function, parse_file
+from fixpack.runtime import fixset
+from fixpack.runtime import index as index_file
 from fixpack.site import plugin
 
 STATE = "vllm/distributed/parallel_state.py"
@@ -43,12 +44,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _plugin(folder: Path, fixes: list[str], digest: str) -> None:
+def _plugin(folder: Path, fixes: list[str]) -> None:
     """fixpack's runtime check package as apply writes it, for a site running ``fixes``."""
-    index = {"format": 1, "mode": "in-place", "profile": "v0.26.0", "release": "v0.26.0", "fixes": fixes}
-    index["fix_set"] = {"digest": digest, "fixes": fixes}
+    index = {"mode": "in-place", "profile": "v0.26.0", "release": "v0.26.0", "fixes": fixes, "packages": ["vllm"]}
+    index["fix_set"] = {"digest": fixset.digest("v0.26.0", fixes, []), "fixes": fixes}
     index["files"] = []
-    for rel, content in plugin.files((json.dumps(index) + "\n").encode()).items():
+    for rel, content in plugin.files(index_file.dumps(index)).items():
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / rel).write_bytes(content)
 
@@ -84,7 +85,7 @@ def _rank(rank: int, port: int, path: Path, initialized: bool, fixes: list[str] 
     os.environ.pop("FIXPACK_RUNTIME_CHECK", None)
     with tempfile.TemporaryDirectory() as folder:
         if fixes is not None:
-            _plugin(Path(folder), fixes, f"{len(fixes):016x}")
+            _plugin(Path(folder), fixes)
             sys.path.insert(0, folder)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=WORLD, rank=rank)
         try:

@@ -34,20 +34,17 @@ deployment, and short enough to pin in a deployment file as an image digest is p
 
 from __future__ import annotations
 
-import hashlib
-import json
 import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..models import FileEntry
+from ..runtime import fixset
 
 __all__ = ["TAG", "VERSION", "DIGEST_LENGTH", "FixSet", "fix_set", "expected_digest", "mismatch"]
 
-TAG = "fixpack-fix-set"
-VERSION = 1
-DIGEST_LENGTH = 16
+TAG, VERSION, DIGEST_LENGTH = fixset.TAG, fixset.VERSION, fixset.DIGEST_LENGTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +55,11 @@ class FixSet:
 
     @property
     def canonical(self) -> bytes:
-        value = [TAG, VERSION, self.release, list(self.fixes), [list(f) for f in self.files]]
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+        return fixset.canonical(self.release, self.fixes, self.files)
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(self.canonical).hexdigest()[:DIGEST_LENGTH]
+        return fixset.digest(self.release, self.fixes, self.files)
 
     def to_json(self) -> dict[str, object]:
         """What ``status --json`` and the runtime check's index carry."""

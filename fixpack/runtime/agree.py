@@ -91,7 +91,7 @@ def _default_store(c10d: ModuleType) -> Store:
 def _own_record(rank: int) -> dict[str, Any]:
     """This rank's record: its digest only while its patched files hold their hashes (``fixset``,
     as the runtime check read them in this process); otherwise none, and the files that drifted."""
-    index = index_file.read(INDEX)
+    index = index_file.read(INDEX, os.path.dirname(HERE))
     fix_set = index.get("fix_set") or {}
     digest, drifted = fixset.remembered(index, os.path.dirname(HERE))
     return {

@@ -13,10 +13,11 @@ import is the code fixpack patched:
 - a patched module this process imported already came from the expected file.
 
 Then it logs one INFO line on vLLM's logger, e.g.
-``fixpack: profile v0.26.0, fix set 3f2a9c0d51e7b4c1, 16 fixes (a, b, ...), mode overlay
-/opt/fixpack-overlay, pid 4242, 12 files checked in 1.8 ms``: the fix set is the digest of the
-release, the fixes in order and each patched file's hash (``fixpack.core.identity``), recorded in
-the index at apply time, and logged only while every patched file holds its hash as read now
+``fixpack: profile v0.26.0, fix set e47f637ad4b30c9e, 29 fixes (a, b, ...), mode overlay
+/opt/fixpack-overlay, pid 4242, 29 files checked in 1.8 ms``: the fix set is the digest of the
+release, the fixes in order and each patched file's hash (``fixpack.core.identity``), recomputed
+from what the index lists (a digest recorded there that differs is refused: the index is not
+trusted, see ``index.py``), and logged only while every patched file holds its hash as read now
 (``fixset.py``): otherwise the line says ``fix set none (drifted)``. Two processes that log the
 same digest run the same fixes.
 
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 HERE = os.path.dirname(os.path.realpath(__file__))
-INDEX = os.path.join(HERE, index_file.NAME)
+PACKAGE = "fixpack_runtime_check"  # this package's name where apply copies it
 MODE_VARIABLE = "FIXPACK_RUNTIME_CHECK"  # stop (default) | warn | off
 
 log = logging.getLogger("vllm.fixpack")
@@ -59,6 +60,39 @@ _done: list[bool] = []
 
 def _short(digest: str | None) -> str:
     return digest[:12] if digest else "absent"
+
+
+def read_index(root: str) -> dict[str, Any]:
+    """The runtime index under ``root`` (the site, or the overlay folder), checked as every process
+    reads it (``index.py``): OSError when it cannot be opened, ValueError when it is refused."""
+    return index_file.read(os.path.join(root, PACKAGE, index_file.NAME), root)
+
+
+def static_problems(index: dict[str, Any], root: str) -> list[str]:
+    """What is wrong with the index and the overlay's copies whatever the process: a copy another
+    user could write, a recorded fix set that is not the one the index lists."""
+    out = []
+    if index["mode"] == "overlay":
+        for entry in index["files"]:
+            found = entry.get("file") and index_file.untrusted(os.path.join(root, entry["file"]), root)
+            if found:
+                out.append(f"{found}, which fixpack does not trust")
+    recorded, listed = (index.get("fix_set") or {}).get("digest"), fixset.digest_of(index)
+    if recorded is not None and recorded != listed:
+        out.append(f"the index records fix set {recorded}, but the files it lists make fix set {listed}")
+    return out
+
+
+def refusal(root: str) -> str | None:
+    """Why every process would refuse the runtime index under ``root`` before looking at a file's
+    hash (``fixpack status`` reports it); None when it would not, or there is none."""
+    try:
+        index = read_index(root)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return f"the runtime index cannot be read ({exc})"
+    return "; ".join(static_problems(index, root)) or None
 
 
 def problems(index: dict[str, Any], root: str, hashes: dict[str, str | None]) -> list[str]:
@@ -116,17 +150,32 @@ def check() -> None:
     mode = os.environ.get(MODE_VARIABLE, "stop").strip().lower()
     if mode == "off" or _done:
         return
+    try:
+        _check(mode)
+    except RuntimeError:
+        if mode != "warn":
+            raise
+    except Exception as exc:  # never a traceback, and under warn never the end of the process
+        if mode != "warn":
+            raise RuntimeError(
+                f"fixpack: the runtime check failed ({exc!r}); {MODE_VARIABLE}=warn only warns"
+            ) from None
+        log.warning("fixpack: the runtime check failed (%r); %s=warn: going on", exc, MODE_VARIABLE)
+
+
+def _check(mode: str) -> None:
     start = time.perf_counter()
     root = os.path.dirname(HERE)
     try:
-        index = index_file.read(INDEX)
+        index = read_index(root)
         hashes: dict[str, str | None] = {}
         drifted = fixset.drifted(fixset.index_rows(index, root, hashes))
-        found = problems(index, root, hashes)
+        found = static_problems(index, root) + problems(index, root, hashes)
         refused, warned = recipe_findings(index, os.environ)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError) as exc:
-        index, found, refused, warned, drifted = {}, [f"{INDEX} cannot be read ({exc})"], [], [], []
-    digest = fixset.vouched((index.get("fix_set") or {}).get("digest"), drifted)
+        digest = None if found else fixset.vouched(fixset.digest_of(index), drifted)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError, RecursionError) as exc:
+        where = os.path.join(HERE, index_file.NAME)
+        index, found, refused, warned, drifted, digest = {}, [f"{where} cannot be read ({exc})"], [], [], [], None
     fixset.remember(digest, drifted)
     if found:
         message = (

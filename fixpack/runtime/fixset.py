@@ -16,7 +16,10 @@ agreement, later in the same process, hashes nothing again.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+
+from . import index as index_file
 
 # Copied into every vLLM process, run after torch loaded ``__future__``: the names
 # below are for mypy only, never imported there.
@@ -27,8 +30,21 @@ if TYPE_CHECKING:
 
     Digest = TypeVar("Digest")  # a str in the runtime, fixpack's FixSet in ``fixpack status``
 
-__all__ = ["drifted", "reason", "vouched", "sha256_of", "index_rows", "remember", "remembered"]
+__all__ = [
+    "drifted",
+    "reason",
+    "vouched",
+    "sha256_of",
+    "canonical",
+    "digest",
+    "digest_of",
+    "index_rows",
+    "remember",
+    "remembered",
+]
 
+TAG, VERSION, DIGEST_LENGTH = "fixpack-fix-set", 1, 16
+READ_LIMIT = 64 << 20  # a patched module is a few MB at most
 # this process's (digest or None, drifted paths), as the runtime check read them
 _held: list[tuple[str | None, list[str]]] = []
 
@@ -53,12 +69,31 @@ def reason(drifted_paths: Collection[str]) -> str:
 
 
 def sha256_of(path: str) -> str | None:
-    """The sha256 of a file's bytes, or None when it is absent."""
+    """The sha256 of a regular file's bytes, or None when it is absent or not a regular file (a
+    FIFO or a device is never read: it could block or never end)."""
     try:
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return hashlib.sha256(index_file.read_regular(path, READ_LIMIT)).hexdigest()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
         return None
+
+
+def canonical(release: str, fixes: Iterable[str], files: Iterable[Iterable[str | None]]) -> bytes:
+    """A fix set's canonical form (fixpack.core.identity says what goes in): the release, the
+    fixes in applied order and the (dist, path, sha256 or None) rows, sorted here."""
+    rows = sorted(list(f) for f in files)
+    value = [TAG, VERSION, release, list(fixes), rows]
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def digest(release: str, fixes: Iterable[str], files: Iterable[Iterable[str | None]]) -> str:
+    """The fix-set digest: the first DIGEST_LENGTH hex digits of the canonical form's sha256."""
+    return hashlib.sha256(canonical(release, fixes, files)).hexdigest()[:DIGEST_LENGTH]
+
+
+def digest_of(index: dict[str, Any]) -> str:
+    """The fix-set digest of what a runtime index lists: recomputed from its release, fixes and
+    each file's distribution, path and hash, never taken from the index's own record."""
+    return digest(index["release"], index["fixes"], ([e["dist"], e["path"], e.get("sha256")] for e in index["files"]))
 
 
 def index_rows(
@@ -99,4 +134,4 @@ def remembered(index: dict[str, Any], root: str) -> tuple[str | None, list[str]]
     if _held:
         return _held[0]
     found = drifted(index_rows(index, root, {}))
-    return vouched((index.get("fix_set") or {}).get("digest"), found), found
+    return vouched(digest_of(index), found), found

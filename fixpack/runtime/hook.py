@@ -9,6 +9,14 @@ goes to the normal finders: ``vllm_gaudi`` stays the installed package, only its
 sub-modules come from the overlay. Fork children inherit the finder; spawned interpreters run this
 file again (they inherit ``PYTHONPATH``).
 
+Nothing here is run or believed that another user could write: the overlay folder, the runtime
+check's package, the index and each copy and ``.pyc`` must be writable only by root, this process's
+uid or group 0 (the rule is ``index.py``'s ``writer``; this file applies it to the few files it
+must check before it can load ``index.py``). The index must have its shape (``index.py``); a
+module it lists is loaded only from the overlay's own place for it, and only inside the pinned
+packages. Otherwise the overlay stays inactive, saying why in one line (and the runtime check
+stops vLLM's processes).
+
 Before a patched module is loaded the installed file it shadows is hashed: if the image changed
 under the overlay (another build of vLLM or vllm-gaudi), the import stops with an error rather
 than run a patched copy of old code (``FIXPACK_RUNTIME_CHECK=warn``: say so and load the installed
@@ -29,6 +37,7 @@ import importlib.machinery
 import importlib.util
 import logging
 import os
+import stat
 import sys
 
 # Every Python start-up runs this file, before anything else has loaded ``__future__`` (which
@@ -58,12 +67,26 @@ def _mode() -> str:
     return mode if mode in ("warn", "off") else "stop"
 
 
-def _sha256(path: str) -> "str | None":
-    try:
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+SOURCE_LIMIT = 64 << 20  # a patched module is a few MB at most
+
+
+def _writer(st: "os.stat_result") -> "str | None":
+    """index.py's ``writer``, for the files checked before index.py may be loaded."""
+    if st.st_uid not in (0, os.geteuid()):
+        return f"uid {st.st_uid}, its owner"
+    if st.st_mode & stat.S_IWOTH:
+        return "every user"
+    if st.st_mode & stat.S_IWGRP and st.st_gid != 0:
+        return f"the members of group {st.st_gid}"
+    return None
+
+
+def _bootstrap() -> None:
+    """Refuse (OSError) an overlay folder, runtime package or index reader another user could write."""
+    for path in (ROOT, __file__, PACKAGE, os.path.join(PACKAGE, "index.py")):
+        who = _writer(os.stat(path))
+        if who is not None:
+            raise OSError(f"{path} can be written by {who}, which fixpack does not trust")
 
 
 def _short(digest: "str | None") -> str:
@@ -72,14 +95,26 @@ def _short(digest: "str | None") -> str:
 
 class _Loader(importlib.machinery.SourceFileLoader):
     """Reads the overlay's file (and its hash-based .pyc in the overlay's own __pycache__),
-    checking the source against the hash recorded when the overlay was built."""
+    checking the source against the hash recorded when the overlay was built, and each file
+    read, as its folders, against who could write it."""
 
-    def __init__(self, fullname: str, path: str, expected: str) -> None:
+    def __init__(self, fullname: str, path: str, expected: str, finder: "OverlayFinder") -> None:
         super().__init__(fullname, path)
         self._expected = expected
+        self._finder = finder
 
     def get_data(self, path: str) -> bytes:
-        data = super().get_data(path)
+        try:
+            data = self._finder.reader.read_regular(
+                path, SOURCE_LIMIT, self._finder.fixpack_overlay, self._finder.checked
+            )
+        except ValueError as exc:
+            if path == self.path or _mode() == "stop":
+                raise OverlayDrift(
+                    f"fixpack overlay: {exc}; build the overlay again (fixpack apply --overlay)"
+                ) from None
+            log.warning("fixpack overlay: %s; compiling %s instead", exc, self.path)
+            raise OSError(str(exc)) from None  # the import system then compiles the checked source
         if path == self.path and _mode() != "off" and hashlib.sha256(data).hexdigest() != self._expected:
             message = (
                 f"fixpack overlay: {path} changed after the overlay was built "
@@ -95,9 +130,18 @@ class _Loader(importlib.machinery.SourceFileLoader):
 class OverlayFinder:
     """The overlay's meta path finder: the patched modules from the overlay, nothing else."""
 
-    def __init__(self, root: str, entries: "dict[str, dict[str, Any]]") -> None:
+    def __init__(self, root: str, entries: "dict[str, dict[str, Any]]", reader: "ModuleType") -> None:
         self.fixpack_overlay = root  # what the runtime check looks for
         self.entries = entries  # module name -> index entry
+        self.reader = reader  # index.py: the index's reader and the rule on who may write
+        self.checked: set[str] = set()  # folders found writable by nobody else
+
+    def _sha256(self, path: str) -> "str | None":
+        """An installed file's hash; None when absent or not a regular file (never blocking on a FIFO)."""
+        try:
+            return hashlib.sha256(self.reader.read_regular(path, SOURCE_LIMIT)).hexdigest()
+        except (OSError, ValueError):
+            return None
 
     def find_spec(
         self, fullname: str, path: "Sequence[str] | None" = None, target: "ModuleType | None" = None
@@ -107,10 +151,11 @@ class OverlayFinder:
             return None
         mode = _mode()
         original = entry.get("original")
-        if mode != "off" and original and _sha256(original) != entry.get("pristine"):
+        now = self._sha256(original) if mode != "off" and original else None
+        if mode != "off" and original and now != entry.get("pristine"):
             message = (
                 f"fixpack overlay: {original} is not the file the overlay {self.fixpack_overlay} was built from "
-                f"(sha256 {_short(_sha256(original))}, built from {_short(entry.get('pristine'))}): the image "
+                f"(sha256 {_short(now)}, built from {_short(entry.get('pristine'))}): the image "
                 f"changed under the overlay, and its patched {fullname} would be a copy of old code; build the "
                 f"overlay again (fixpack apply --overlay), or set {MODE_VARIABLE}=warn to run the installed file"
             )
@@ -126,7 +171,7 @@ class OverlayFinder:
         if package:  # the package's other modules stay the installed ones
             where = [os.path.dirname(original or file)]
         return importlib.util.spec_from_file_location(
-            fullname, file, loader=_Loader(fullname, file, entry["sha256"]), submodule_search_locations=where
+            fullname, file, loader=_Loader(fullname, file, entry["sha256"], self), submodule_search_locations=where
         )
 
 
@@ -159,13 +204,16 @@ def install() -> None:
     if active() is not None:
         return
     try:
+        _bootstrap()
         reader = _index_reader()
-        index = reader.read(os.path.join(PACKAGE, reader.NAME))
+        index = reader.read(os.path.join(PACKAGE, reader.NAME), ROOT)
+        if index["mode"] != "overlay":
+            raise ValueError(f"an index of mode {index['mode']!r}, not an overlay's")
         entries = {e["module"]: e for e in index["files"] if e.get("module")}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         sys.stderr.write(f"fixpack overlay: the index in {PACKAGE} cannot be read ({exc}); the overlay is not active\n")
         return
-    sys.meta_path.insert(0, OverlayFinder(ROOT, entries))
+    sys.meta_path.insert(0, OverlayFinder(ROOT, entries, reader))
 
 
 def chain() -> "ModuleType | None":

@@ -259,7 +259,9 @@ class Overlay:
             original = f.dist.file(path)
             pristine = sha256(f.current)  # the installed bytes the overlay is built over
             entries.append(
-                plugin.IndexEntry(path, plugin.module_name(path), rel, record.applied, str(original), pristine)
+                plugin.IndexEntry(
+                    path, record.dist, plugin.module_name(path), rel, record.applied, str(original), pristine
+                )
             )
             expected[str(original)] = pristine
         hook = (plugin.RUNTIME / "hook.py").read_bytes()
@@ -267,7 +269,8 @@ class Overlay:
         compiled = plugin.pyc(HOOK, hook)
         if compiled is not None:
             out[compiled[0]] = compiled[1]
-        out.update(plugin.files(plugin.index("overlay", new, entries)))
+        packages = (d.package for d in dists.values())
+        out.update(plugin.files(plugin.index("overlay", new, entries, packages)))
         for rel in (HOOK, plugin.INDEX, *plugin.CODE):
             expected[str(self.root / rel)] = sha256(out[rel])
         writes = tuple(Write(self.root / rel, content) for rel, content in out.items())

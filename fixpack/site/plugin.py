@@ -12,6 +12,7 @@ its RECORD lists its files."""
 from __future__ import annotations
 
 import marshal
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -47,14 +48,7 @@ CODE = {
 }
 
 
-def module_name(path: str) -> str | None:
-    """``vllm_gaudi/v1/worker/hpu_model_runner.py`` -> ``vllm_gaudi.v1.worker.hpu_model_runner``."""
-    if not path.endswith(".py"):
-        return None
-    parts = path[: -len(".py")].split("/")
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
+module_name = index_file.module_name  # ``vllm_gaudi/v1/worker/x.py`` -> ``vllm_gaudi.v1.worker.x``
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +56,7 @@ class IndexEntry:
     """One patched file in the runtime index, as the runtime check and the overlay's hook read it."""
 
     path: str  # repository path
+    dist: str  # its distribution's canonical name
     module: str | None  # dotted name, None when the file is not a module
     file: str | None  # the patched file (absolute; in an overlay, relative to it); None: a fix removed it
     sha256: str | None  # its hash after the fixes
@@ -69,12 +64,14 @@ class IndexEntry:
     pristine: str | None = None  # the hash of the installed file an overlay was built over
 
 
-def index(mode: str, manifest: Manifest, entries: list[IndexEntry]) -> bytes:
+def index(mode: str, manifest: Manifest, entries: list[IndexEntry], packages: Iterable[str]) -> bytes:
     """The index the runtime check (and an overlay's import hook) reads; see fixpack/runtime. It
-    carries the fix-set identity of what ``manifest`` applies (digest and fixes), which the check logs."""
+    carries the fix-set identity of what ``manifest`` applies (digest and fixes), which the check
+    logs, and the import ``packages`` of the pinned distributions, the only ones it may patch."""
     fix_set = manifest.fix_set
     data: dict[str, Any] = {"mode": mode, "profile": manifest.profile, "release": manifest.release}
     data["fixes"] = list(manifest.fixes)
+    data["packages"] = sorted(set(packages))
     data["fix_set"] = fix_set.to_json() if fix_set is not None else None
     data["files"] = [asdict(e) for e in sorted(entries, key=lambda e: e.path)]
     if manifest.recipe is not None:
@@ -133,10 +130,15 @@ def in_place(site: Path, manifest: Manifest, dists: list[Distribution]) -> dict[
             removed = record.applied is None
             entries.append(
                 IndexEntry(
-                    path, module_name(path), None if removed else target, record.applied, target if removed else None
+                    path,
+                    record.dist,
+                    module_name(path),
+                    None if removed else target,
+                    record.applied,
+                    target if removed else None,
                 )
             )
-        content = index("in-place", manifest, entries)
+        content = index("in-place", manifest, entries, (d.package for d in dists))
         wanted = {site / rel: data for rel, data in files(content).items()}
     for folder in (site / PACKAGE, site / DIST_INFO):
         if folder.is_dir() and not folder.is_symlink():

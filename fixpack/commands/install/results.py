@@ -54,15 +54,22 @@ class StatusResult:
     notes: list[str] = field(default_factory=list)
     manifest: Manifest | None = None
     drifted: list[str] = field(default_factory=list)  # patched files that do not hold their hashes now
+    runtime_refused: str | None = None  # why every vLLM process would refuse the runtime index
 
     @property
     def fix_set(self) -> FixSet | None:
         """The identity of what is applied there, vouched for only while every patched file holds
-        its recorded hash as read now (``fixpack.runtime.fixset``); None otherwise or when nothing is."""
-        applied = None if self.manifest is None else self.manifest.fix_set
+        its recorded hash as read now (``fixpack.runtime.fixset``) and the runtime check would take
+        its index; None otherwise or when nothing is."""
+        applied = None if self.manifest is None or self.runtime_refused else self.manifest.fix_set
         return None if applied is None else fixset.vouched(applied, self.drifted)
 
     @property
     def no_fix_set(self) -> str | None:
-        """Why fixes are applied but no digest is reported: ``2 files drifted: a.py, b.py``."""
-        return fixset.reason(self.drifted) if self.drifted and self.manifest and not self.manifest.empty else None
+        """Why fixes are applied but no digest is reported: ``2 files drifted: a.py, b.py``, or the
+        runtime check's refusal."""
+        if not self.manifest or self.manifest.empty:
+            return None
+        if self.runtime_refused:
+            return f"every vLLM process would refuse to start: {self.runtime_refused}; run fixpack apply again"
+        return fixset.reason(self.drifted) if self.drifted else None

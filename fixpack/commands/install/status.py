@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ...cookbook.catalog import Catalog
 from ...errors import EnvironmentProblem
-from ...runtime import fixset
+from ...runtime import check, fixset
 from ...site.distributions import Environment
 from .pipeline import (
     destination,
@@ -69,4 +69,6 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None, overla
     files = through_overlay(installed_files, held)
     drifted = fixset.drifted(rows(held, files, dists))
     fixes = [(fid, fix_state(catalog.fixes[fid], profile.release, files)) for fid in fix_ids]
-    return StatusResult(profile.name, list(env.found.values()), fixes, notes, manifest, drifted)
+    # what every vLLM process would refuse, whatever the files hold (the runtime index is beside the state)
+    refused = None if manifest.empty else check.refusal(str(target.state_dir.parent))
+    return StatusResult(profile.name, list(env.found.values()), fixes, notes, manifest, drifted, refused)
