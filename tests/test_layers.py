@@ -78,7 +78,7 @@ ALLOWED = {
     "fixpack": set(),
 }
 # the warm path runs before anything else is imported: the standard library and these only
-WARM_PATH = {"fixpack.site.warm", "fixpack.site.layout", "fixpack.core.fingerprint"}
+WARM_PATH = {"fixpack.site.warm", "fixpack.site.layout", "fixpack.core.fingerprint", "fixpack.runtime.index"}
 
 
 def _module_name(path: Path) -> str:
@@ -201,7 +201,15 @@ def test_the_runtime_index_has_one_reader_and_writer():
     assert named == {"fixpack.runtime.index"}
     users = {m for m, imports in GRAPH.items() if "fixpack.runtime.index" in imports}
     # the overlay's hook loads it by its path, not by import (tests/test_runtime.py runs that path)
-    assert users == {"fixpack.runtime.check", "fixpack.runtime.agree", "fixpack.runtime.fixset", "fixpack.site.plugin"}
+    # the warm path reads the manifest with its regular-file reader and its rule on who may write
+    assert users == {
+        "fixpack.runtime.check",
+        "fixpack.runtime.agree",
+        "fixpack.runtime.fixset",
+        "fixpack.site.plugin",
+        "fixpack.site.warm",
+        "fixpack.site.state",  # the state files' reader: regular files only, bounded
+    }
 
 
 # The modules that parse or render a format fixpack keeps on disk (or reads of pip's), each the one

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..core.identity import FixSet, fix_set
 from ..models import FileEntry
+from . import warm
 
 __all__ = ["FORMAT", "Manifest"]
 
@@ -71,15 +72,20 @@ class Manifest:
             data["recipe"] = self.recipe
             data["rules"] = list(self.rules)
         if self.warm is not None:
-            data["warm"] = self.warm
+            data["warm"] = {**self.warm, "manifest": warm.seal(data)}
         return (json.dumps(data, indent=2) + "\n").encode()
 
     @classmethod
     def from_bytes(cls, raw: bytes | None) -> Manifest:
-        if not raw:
+        if raw is None:
             return cls()
-        data = json.loads(raw)
-        if data.get("format") != FORMAT:
+        try:
+            data = json.loads(raw)
+        except (RecursionError, MemoryError):
+            raise ValueError("nested too deep or too large to read") from None
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        if data.get("format") != FORMAT or isinstance(data.get("format"), bool):
             raise ValueError(f"manifest format {data.get('format')!r} is not {FORMAT}")
         files = {
             path: FileEntry(r["dist"], r["pristine"], r["applied"], tuple(r["fixes"]), tuple(r.get("patches", ())))

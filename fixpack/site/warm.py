@@ -33,9 +33,14 @@ command run: no click, no catalog, no importlib.metadata, nothing written. Anyth
 stamp, any difference, a journal or an overlay build left behind, a busy lock, a terminal,
 ``FIXPACK_NO_FAST_PATH``) falls back to the full apply, which answers and recovers.
 
+The stamp alone never decides: the manifest must be a regular file no other user can write
+(``fixpack.runtime.index``'s rule), its content must be the one the full apply wrote (the stamp
+holds its ``seal``), and the command run must be the one this command line gives after ``--exec``
+(or, with ``--launch``, the recipe's); otherwise the full apply answers.
+
 Standard library only, imported before anything else: this module is the start-up cost. So it
 is the warm stamp's one reader and writer, and it reads the manifest itself (``json.loads``, the
-stamp alone, a stamp of another ``format`` ignored) rather than through ``site/manifest.py``,
+stamp and the seal, a stamp of another ``format`` ignored) rather than through ``site/manifest.py``,
 whose imports (the models, the fix-set identity) took 12.8 ms here, twice this module's 6.4 ms.
 """
 
@@ -48,13 +53,15 @@ import sys
 from collections.abc import Iterable, Sequence
 
 from ..core.fingerprint import sha256
+from ..runtime.index import read_regular
 from .layout import JOURNAL, MANIFEST, STATE_DIR_NAME, aside_prefix
 
-__all__ = ["make_stamp", "try_warm", "exec_command", "pythonpath", "ENGINE"]
+__all__ = ["make_stamp", "seal", "try_warm", "exec_command", "pythonpath", "ENGINE"]
 
 FORMAT = 2
 ENGINE = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # holds fixpack/
 _DISTS = (".dist-info", ".egg-info")
+MANIFEST_LIMIT = 16 << 20  # a manifest of the whole pack is about 40 kB
 
 
 def _read(path: str) -> bytes | None:
@@ -175,6 +182,14 @@ def make_stamp(
     }
 
 
+def seal(manifest: dict) -> str:
+    """The sha256 of a manifest's content without its warm stamp. The manifest's writer puts it in
+    the stamp, so that the warm path answers only for the manifest the full apply wrote (a manifest
+    edited since, its format or files included, takes the full path, which says what is wrong)."""
+    body = {k: v for k, v in manifest.items() if k != "warm"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def pythonpath(overlay: str, current: str | None) -> str:
     """PYTHONPATH with the overlay folder first (once)."""
     rest = [p for p in (current or "").split(os.pathsep) if p and os.path.abspath(p) != overlay]
@@ -192,7 +207,9 @@ def exec_command(command: list[str], overlay: str | None) -> None:
 
 
 def _find(argv: list[str]) -> dict | None:
-    """This request's stamp, from the state directory of whichever candidate folder holds it."""
+    """This request's stamp, from the state directory of whichever candidate folder holds it: a
+    manifest no other user can write (``fixpack.runtime.index``'s rule, up to the site or overlay
+    folder), sealed by the full apply that wrote it; None otherwise."""
     key = request_key(argv)
     values = [arg.partition("=")[2] if arg.startswith("-") else arg for arg in argv]
     seen = set()
@@ -201,13 +218,28 @@ def _find(argv: list[str]) -> dict | None:
         if state_dir in seen:
             continue
         seen.add(state_dir)
-        raw = _read(os.path.join(state_dir, MANIFEST))
-        if raw is None:
+        try:
+            raw = read_regular(os.path.join(state_dir, MANIFEST), MANIFEST_LIMIT, os.path.dirname(state_dir))
+        except (FileNotFoundError, NotADirectoryError):
             continue
-        stamp = json.loads(raw).get("warm")
+        data = json.loads(raw)
+        stamp = data.get("warm") if isinstance(data, dict) else None
         if isinstance(stamp, dict) and stamp.get("key") == key and stamp.get("state_dir") == state_dir:
-            return stamp if stamp.get("format") == FORMAT else None
+            sealed = stamp.get("format") == FORMAT and stamp.get("manifest") == seal(data)
+            return stamp if sealed else None
     return None
+
+
+def _asked(argv: list[str], stamp: dict) -> bool:
+    """The stamp's command is the one this command line asks for: what follows ``--exec``; with
+    ``--launch``, the recipe's (which the stamp's files pin); none otherwise. Its overlay is the
+    stamp's own."""
+    command, overlay = stamp["exec"], stamp["exec_overlay"]
+    if "--exec" in argv:
+        asked = command == argv[argv.index("--exec") + 1 :]
+    else:
+        asked = bool(command) if "--launch" in argv else command == []
+    return asked and (overlay is None or os.path.join(overlay, STATE_DIR_NAME) == stamp["state_dir"])
 
 
 def _interrupted(stamp: dict) -> bool:
@@ -259,10 +291,10 @@ def try_warm(argv: list[str]) -> int | None:
         return None
     try:
         stamp = _check(argv)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        if stamp is None or not _asked(argv, stamp):
+            return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, MemoryError):
         return None  # unreadable, or a stamp not of this shape: the full path says what is wrong
-    if stamp is None:
-        return None
     sys.stderr.write(stamp["stderr"])
     sys.stdout.write(stamp["stdout"])
     sys.stdout.flush()
