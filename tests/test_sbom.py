@@ -433,8 +433,69 @@ def test_an_output_that_cannot_be_written_is_an_environment_error_and_nothing_is
 
 def test_a_bad_source_date_epoch_and_a_missing_site_are_one_line(applied, cli, tmp_path, monkeypatch):
     assert "no such directory" in refused(cli("sbom", "--site", str(tmp_path / "nowhere")), 3)
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
-    assert "SOURCE_DATE_EPOCH 'yesterday'" in refused(cli("sbom", "--site", str(applied.path)), 2)
+    for value in ("yesterday", "-1", "1_000", " 7 ", "+7", "\u0667"):  # the last: an Arabic-Indic 7
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", value)
+        assert f"SOURCE_DATE_EPOCH {value!r}" in refused(cli("sbom", "--site", str(applied.path)), 2)
+
+
+def _gaudi_as(purl: str | None, version: str = "0.26.0") -> dict:
+    doc = environment_document()
+    gaudi = next(c for c in doc["components"] if c["name"] == "vllm_gaudi")
+    gaudi["version"] = version
+    if purl is not None:
+        gaudi["purl"] = purl
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("document", "code", "said"),
+    [
+        (_gaudi_as("pkg:npm/vllm-gaudi@0.26.0"), 1, "has purl 'pkg:npm/vllm-gaudi@0.26.0', another package"),
+        (_gaudi_as("pkg:pypi/vllm-gaudi@0.25.0"), 1, "has purl 'pkg:pypi/vllm-gaudi@0.25.0', another package"),
+        (_gaudi_as("pkg:github/vllm-project/vllm-gaudi@v0.26.0", "0.25.0"), 1, "says version '0.25.0'"),
+        (environment_document(), 1, "bom-ref"),
+    ],
+    ids=["another type", "another version", "a version against its purl", "a bom-ref fixpack adds"],
+)
+def test_merge_refuses_a_component_that_is_not_this_environments(applied, cli, tmp_path, document, code, said):
+    source, out = tmp_path / "env.cdx.json", tmp_path / "out.json"
+    if said == "bom-ref":  # the input already uses a bom-ref of the pedigree's
+        document["components"].append({"type": "library", "bom-ref": "fixpack/vllm", "name": "other"})
+        said = "it already uses bom-ref 'fixpack/vllm'"
+    source.write_text(json.dumps(document))
+    assert said in refused(cli("sbom", "--site", str(applied.path), "--merge", str(source), "-o", str(out)), code)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda p: p.write_text('{"bomFormat": "CycloneDX", "bomFormat": "SPDX"}'), "appears twice in one object"),
+        (lambda p: p.write_text("[" * 100_000), "nested too deep"),
+        (lambda p: os.mkfifo(p), "is not a regular file"),
+        (lambda p: p.write_text(json.dumps(_nested(200))), "nested more than 64 levels deep"),
+    ],
+    ids=["duplicate keys", "100k deep", "a FIFO", "components 200 deep"],
+)
+def test_merge_input_that_cannot_be_taken_is_one_line(applied, cli, tmp_path, make, said):
+    source = tmp_path / "env.cdx.json"
+    make(source)
+    assert said in refused(cli("sbom", "--site", str(applied.path), "--merge", str(source)), 2)
+
+
+def test_merge_of_a_device_is_refused_without_reading_it(applied, cli):
+    assert "/dev/zero is not a regular file" in refused(
+        cli("sbom", "--site", str(applied.path), "--merge", "/dev/zero"), 2
+    )
+
+
+def _nested(depth: int) -> dict:
+    doc = environment_document()
+    inner: dict = {"type": "library", "bom-ref": "leaf", "name": "leaf"}
+    for i in range(depth):
+        inner = {"type": "library", "bom-ref": f"n{i}", "name": f"n{i}", "components": [inner]}
+    doc["components"].append(inner)
+    return doc
 
 
 def test_help_says_what_the_document_holds(cli):

@@ -25,6 +25,33 @@ from .facts import Provenance
 
 __all__ = ["merge"]
 
+MAX_DEPTH = 64  # nesting of the input's JSON; schema validation recurses through it
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"the key {twice[0]!r} appears twice in one object")
+    return dict(pairs)
+
+
+def _depth(value: Any) -> int:
+    """How deep the JSON value nests (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+        deepest = max(deepest, depth + (1 if isinstance(item, (dict, list)) else 0))
+    return deepest
+
+
+def _refs(components: list[Any]) -> set[str]:
+    return {c["bom-ref"] for c in _walk(components) if isinstance(c.get("bom-ref"), str)}
+
 
 def _walk(components: list[Any]) -> Iterator[dict[str, Any]]:
     for c in components:
@@ -51,6 +78,7 @@ def _same_package(text: object, want: PackageURL) -> bool:
 
 def _find(components: list[Any], dist: Distribution, where: str) -> dict[str, Any]:
     want = purl(dist)
+    label = f"{dist.name} {dist.version}"
     found = [c for c in _walk(components) if _same_package(c.get("purl"), want)]
     if not found:
         found = [
@@ -58,7 +86,15 @@ def _find(components: list[Any], dist: Distribution, where: str) -> dict[str, An
             for c in _walk(components)
             if canonical(str(c.get("name", ""))) == dist.name and c.get("version") == dist.version
         ]
-    label = f"{dist.name} {dist.version}"
+        other = [c["purl"] for c in found if c.get("purl") is not None]
+        if other:
+            raise Refused(
+                f"--merge {where}: the component named {label} has purl {other[0]!r}, another package: "
+                "the pedigree of this environment's would be grafted onto it"
+            )
+    for c in found:
+        if c.get("version") not in (None, dist.version):
+            raise Refused(f"--merge {where}: the component with purl {c.get('purl')!r} says version {c['version']!r}")
     if not found:
         bare = PackageURL(want.type, want.namespace, want.name, want.version).to_string()
         raise Refused(
@@ -76,9 +112,13 @@ def merge(raw: bytes, where: str, prov: Provenance) -> tuple[str, str]:
     """The merged document's text and its spec version; ``where``: the file's name, for messages."""
     try:
         text = raw.decode("utf-8")
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_unique_keys)
     except (UnicodeDecodeError, ValueError) as exc:
         raise UsageError(f"--merge {where}: not JSON ({str(exc).splitlines()[0]})", path=where) from None
+    except (RecursionError, MemoryError):
+        raise UsageError(f"--merge {where}: nested too deep or too large to read", path=where) from None
+    if _depth(doc) > MAX_DEPTH:
+        raise UsageError(f"--merge {where}: nested more than {MAX_DEPTH} levels deep", path=where)
     if not isinstance(doc, dict) or doc.get("bomFormat") != "CycloneDX":
         raise UsageError(f"--merge {where}: not a CycloneDX document (no bomFormat CycloneDX)", path=where)
     version = doc.get("specVersion")
@@ -92,8 +132,11 @@ def merge(raw: bytes, where: str, prov: Provenance) -> tuple[str, str]:
         raise UsageError(f"--merge {where}: not a valid CycloneDX {version} document: {problem}", path=where)
     ours = {c["bom-ref"]: c for c in json.loads(render(bom(prov), spec))["components"]}
     components = doc.setdefault("components", [])
-    for pd in prov.dists:
-        target = _find(components, pd.dist, where)
+    targets = [_find(components, pd.dist, where) for pd in prov.dists]
+    taken = _refs(components) & _refs(list(ours.values()))
+    if taken:
+        raise Refused(f"--merge {where}: it already uses bom-ref {sorted(taken)[0]!r}, which fixpack adds")
+    for pd, target in zip(prov.dists, targets):
         graft = ours[f"fixpack/{pd.dist.name}"]
         target["pedigree"] = graft["pedigree"]
         target["components"] = [*target.get("components", []), *graft.get("components", [])]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ...cookbook.catalog import Catalog
 from ...errors import EnvironmentProblem, FixpackError, UsageError
+from ...runtime.index import read_regular
 from ..install.outputs import write_named
 from .facts import applied
 
@@ -30,18 +31,26 @@ class Sbom:
     fixes: int  # the patches recorded: one per fix and distribution it changes
 
 
+MERGE_LIMIT = 64 << 20  # an environment's SBOM is a few MB
+
+
 def _timestamp(epoch: str | None) -> datetime | None:
     if not epoch:
         return None
     try:
+        if not (epoch.isascii() and epoch.isdigit()):  # int() would take " 7 ", "1_000" and "-1"
+            raise ValueError(epoch)
         return datetime.fromtimestamp(int(epoch), timezone.utc)
     except (ValueError, OverflowError, OSError):
         raise UsageError(f"SOURCE_DATE_EPOCH {epoch!r}: expected seconds since 1970-01-01 UTC") from None
 
 
 def _read(path: Path) -> bytes:
+    """The --merge input: a regular file (never /dev/zero nor a FIFO) of at most MERGE_LIMIT bytes."""
     try:
-        return path.read_bytes()
+        return read_regular(str(path), MERGE_LIMIT)
+    except ValueError as exc:
+        raise UsageError(f"--merge {exc}", path=str(path)) from None
     except OSError as exc:
         raise UsageError(f"--merge {path}: cannot read it ({exc.strerror or exc})", path=str(path)) from None
 
