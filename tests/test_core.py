@@ -199,6 +199,9 @@ def test_manifest_round_trip():
     m = Manifest("p1", "r1", ("one", "two"), files, "2026-01-01T00:00:00+00:00", warm={"format": 1})
     again = Manifest.from_bytes(m.to_bytes())
     assert again == m and again.steps("pkg/m.py") == (("one", "p1"), ("two", "p2"))
-    assert Manifest.from_bytes(None).empty and Manifest.from_bytes(b"").empty
+    assert Manifest.from_bytes(None).empty  # absent: nothing applied; present but empty is unreadable
+    for raw in (b"", b"[]", b'{"format": true}', b"[" * 100_000):
+        with pytest.raises(ValueError):
+            Manifest.from_bytes(raw)
     with pytest.raises(ValueError, match="format"):
         Manifest.from_bytes(b'{"format": 99}')

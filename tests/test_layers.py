@@ -20,7 +20,14 @@ ALLOWED = {
     "fixpack.transforms": {"fixpack.core"},
     # fixpack.runtime.rules: the recipes' rule evaluator, and fixpack.runtime.fixset: when a digest may
     # be reported; stdlib-only leaves the runtime check carries
-    "fixpack.cookbook": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.runtime.rules"},
+    # and fixpack.runtime.index: its reader of regular files of bounded size
+    "fixpack.cookbook": {
+        "fixpack.core",
+        "fixpack.models",
+        "fixpack.errors",
+        "fixpack.runtime.rules",
+        "fixpack.runtime.index",
+    },
     # fixpack.runtime.index: the runtime index's one reader and writer, which the plugin writes
     "fixpack.site": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.runtime.index"},
     # commands/ in three wings, one per audience: install (what a container start and an operator
@@ -209,6 +216,9 @@ def test_the_runtime_index_has_one_reader_and_writer():
         "fixpack.site.plugin",
         "fixpack.site.warm",
         "fixpack.site.state",  # the state files' reader: regular files only, bounded
+        "fixpack.cookbook.tomlfile",  # and the cookbook's
+        "fixpack.cookbook.fix_module",
+        "fixpack.commands.provenance.sbom",  # and --merge's input
     }
 
 

@@ -75,7 +75,25 @@ class Catalog:
                     raise invalid(where, f"[instead] {dist} names {other!r}, which is not another profile here")
                 if not any(p.dist == dist for p in self.profiles[other].pins):
                     raise invalid(where, f"[instead] {dist} names profile {other!r}, which does not pin {dist}")
+        self._no_instead_cycle()
         self._same_chains()
+
+    def _no_instead_cycle(self) -> None:
+        """Following ``[instead]`` from any profile never comes back to it: each refusal names a way out."""
+        for start in self.profiles.values():
+            todo = [other for _, other in start.instead]
+            seen: set[str] = set()
+            while todo:
+                name = todo.pop()
+                if name == start.name:
+                    raise invalid(
+                        self.root / "profiles" / f"{start.name}.toml",
+                        f"[instead] leads back to {start.name} through {', '.join(sorted(seen))}: "
+                        "each profile's [instead] must name one that does not send its users back",
+                    )
+                if name not in seen:
+                    seen.add(name)
+                    todo += [other for _, other in self.profiles[name].instead]
 
     def _same_chains(self) -> None:
         """Profiles of one release share each fix's lock (``<release>.lock.json``), which holds the

@@ -12,6 +12,7 @@ from ..core.patch import FileEntry, index
 from ..core.paths import check_all
 from ..errors import UsageError
 from ..models import PROOF_LEVELS, SUBJECT_MAX, UPSTREAM_STATUSES, Change, Fix, Proof, Upstream, upstream_status
+from ..runtime.index import read_regular
 from . import schema, tomlfile
 from .lockfile import lock_path, read_lock
 from .schema import BOOL, DICT, STR, STRINGS, TABLES, Field, Kind, Table
@@ -27,6 +28,8 @@ __all__ = [
     "backport_skeleton",
     "release_table",
 ]
+
+PATCH_LIMIT = 64 << 20  # a fix's patch is a few kB
 
 FIX_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _URL = re.compile(r"https?://[^\s/]+/\S*\Z")
@@ -201,9 +204,11 @@ def _changes(fix_dir: Path, fix_id: str, release: str, spec: dict[str, Any], whe
 
 def _file_diffs(patch_file: Path, release: str, fix_id: str, where: Path) -> list[FileEntry]:
     try:
-        text = patch_file.read_bytes().decode("utf-8", "surrogateescape")
+        text = read_regular(str(patch_file), PATCH_LIMIT).decode("utf-8", "surrogateescape")
     except OSError as exc:
         raise invalid(where, f"release {release!r}: cannot read {patch_file.name} ({exc.strerror})") from None
+    except ValueError as exc:  # a FIFO or a device is never read
+        raise invalid(where, f"release {release!r}: {exc}") from None
     try:
         per_file = index(text)
     except ValueError as exc:  # in the words an invalid patch met while applying had before

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,11 @@ def load_profile(path: Path) -> Profile:
     pins = tuple(_pin(raw, i, path) for i, raw in enumerate(data["pin"]))
     if not pins:
         raise invalid(path, "no [[pin]] tables")
+    for key in ("dist", "package"):
+        names = [getattr(p, key) for p in pins]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise invalid(path, f"two [[pin]] tables have {key} {twice[0]!r}")
     pack, opt_ins = tuple(data["pack"]), tuple(data["opt_ins"])
     if len(set(pack)) != len(pack):
         raise invalid(path, "a fix is listed twice in 'pack'")
@@ -66,6 +72,9 @@ def load_profile(path: Path) -> Profile:
 def _pin(raw: dict[str, Any], i: int, path: Path) -> Pin:
     if raw["match"] not in MATCHES:
         raise invalid(path, f"[[pin]] #{i + 1}: match must be one of {', '.join(MATCHES)}, not {raw['match']!r}")
+    for commit in raw["commits"]:
+        if commit != "TODO" and not (7 <= len(commit) <= 40 and all(c in string.hexdigits for c in commit)):
+            raise invalid(path, f"[[pin]] #{i + 1}: commit {commit!r} is not a git commit id (7 to 40 hex digits)")
     return Pin(
         dist=raw["dist"],
         package=raw["package"],

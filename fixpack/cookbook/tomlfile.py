@@ -14,6 +14,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from ..errors import UsageError
+from ..runtime.index import read_regular
 
 __all__ = ["tomllib", "read", "quote", "invalid"]
 
@@ -22,11 +23,18 @@ def invalid(where: Path, reason: str) -> UsageError:
     return UsageError(f"invalid {where}: {reason}", path=str(where))
 
 
+TOML_LIMIT = 4 << 20  # a fix.toml or a profile is a few kB
+
+
 def read(path: Path) -> dict[str, Any]:
+    """A cookbook TOML file: a regular file (never a FIFO) of at most TOML_LIMIT bytes, parsed; any
+    failure is ``invalid`` (one line, exit 2)."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return tomllib.loads(read_regular(str(path), TOML_LIMIT).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # tomllib.TOMLDecodeError is a ValueError
         raise invalid(path, str(exc)) from None
+    except (RecursionError, MemoryError):
+        raise invalid(path, "nested too deep or too large to read") from None
 
 
 def quote(value: str | list[str]) -> str:

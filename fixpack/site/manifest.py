@@ -97,7 +97,7 @@ class Manifest:
             tuple(data.get("fixes", ())),
             files,
             data.get("time", ""),
-            data.get("warm"),
+            _unsealed(data.get("warm")),
             dict(data.get("records", {})),
             data.get("recipe"),
             tuple(data.get("rules", ())),
@@ -113,3 +113,8 @@ class Manifest:
             other.recipe,
             other.rules,
         )
+
+
+def _unsealed(stamp: object) -> dict | None:
+    """A stamp as made (``warm.make_stamp``): the seal is the writer's, put in each time it writes."""
+    return {k: v for k, v in stamp.items() if k != "manifest"} if isinstance(stamp, dict) else None
