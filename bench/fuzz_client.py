@@ -20,6 +20,16 @@ from bench import fuzz_schema
 from bench.fuzz_oracle import Tokenizer, read_answer, repeatable, seeded, violations
 from bench.fuzz_requests import Model, Verdict, judge
 
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is the answer, never followed: the fuzzer sends only to the loopback server it
+    was given (a 3xx could name any host)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201
+        return None
+
+
+OPENER = urllib.request.build_opener(_NoRedirect)
 TIMEOUT = 120.0  # seconds for one request before it counts as a hang
 SETTLE = 5.0  # seconds a server that failed a request gets to show whether it is going down
 Request = tuple[str, dict[str, Any]]  # (endpoint, JSON body)
@@ -47,7 +57,7 @@ def send(url: str, endpoint: str, body: Any, timeout: float, request_id: str | N
     request = urllib.request.Request(url + endpoint, data=json.dumps(body).encode(), headers=headers)
     start = time.monotonic()
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
+        with OPENER.open(request, timeout=timeout) as answer:
             return answer.status, answer.read().decode(errors="replace"), time.monotonic() - start
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode(errors="replace"), time.monotonic() - start
@@ -97,7 +107,7 @@ def _again_alone(url: str, endpoint: str, body: dict[str, Any], timeout: float) 
 def answers_health(url: str) -> bool:
     """Whether ``/health`` answers 200 at once."""
     try:
-        with urllib.request.urlopen(url + "/health", timeout=5) as answer:
+        with OPENER.open(url + "/health", timeout=5) as answer:
             return answer.status == 200
     except (OSError, TimeoutError):
         return False
@@ -152,7 +162,7 @@ def saved_kinds(path: Path) -> list[str]:
 def served_model(url: str) -> str | None:
     """The id of the one model ``url`` serves (``/v1/models``), or None."""
     try:
-        with urllib.request.urlopen(url + "/v1/models", timeout=10) as answer:
+        with OPENER.open(url + "/v1/models", timeout=10) as answer:
             models = json.loads(answer.read()).get("data") or []
     except (OSError, TimeoutError, ValueError):
         return None

@@ -379,3 +379,49 @@ def test_the_table_has_a_column_of_wrong_answers() -> None:
     row = dict(zip(columns, (c.strip() for c in tally.row().strip("|").split("|"))))
     assert row["wrong answers"] == str(KINDS.index("violation")) and row["hangs"] == str(KINDS.index("hang"))
     assert row["deaths"] == "1" and row["minutes"] == "1.0" and len(row) == len(columns)
+
+
+def test_a_redirect_is_the_answer_and_never_followed() -> None:
+    """Issue 56: the fuzzer sends only to the loopback server it was given; a 3xx naming another host
+    (here 127.0.0.2) is judged as the answer, and that host gets nothing."""
+    from bench.fuzz_client import send
+
+    reached: list[str] = []
+
+    class Elsewhere(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            reached.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        do_POST = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    try:
+        other = ThreadingHTTPServer(("127.0.0.2", 0), Elsewhere)
+    except OSError:
+        pytest.skip("127.0.0.2 cannot be bound here")
+    target = f"http://127.0.0.2:{other.server_address[1]}/v1/completions"
+
+    class Redirects(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(302)  # urllib follows a 302 of a POST as a GET
+            self.send_header("Location", target)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    first = ThreadingHTTPServer(("127.0.0.1", 0), Redirects)
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (first, other)]
+    for t in threads:
+        t.start()
+    try:
+        status, _, _ = send(f"http://127.0.0.1:{first.server_address[1]}", "/v1/completions", {"prompt": "x"}, 10)
+    finally:
+        for s in (first, other):
+            s.shutdown()
+            s.server_close()
+    assert status == 302 and reached == []
