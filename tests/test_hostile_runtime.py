@@ -213,3 +213,20 @@ def test_in_place_status_does_not_vouch_for_an_index_the_check_refuses(cookbook,
     r = cli("status", "--site", str(site.path))
     assert r.exit_code == 0 and "fix set: none (every vLLM process would refuse to start: " in r.stdout, r.stdout
     assert "the runtime index cannot be read" in r.stdout and "Traceback" not in r.output
+
+
+def test_the_hooks_copy_of_the_rule_on_who_may_write_is_the_index_readers():
+    """The hook checks the few files it must trust before it can load index.py with a copy of
+    index.py's ``writer``: the two agree on every owner, group and mode."""
+    from types import SimpleNamespace
+
+    from fixpack.proofkit import load_function
+    from fixpack.runtime import index
+
+    hook = Path(index.__file__).with_name("hook.py")
+    copy = load_function(hook, "_writer", {"os": os, "stat": stat})
+    for uid in (0, os.geteuid(), 65534):
+        for gid in (0, 65534):
+            for mode in (0o644, 0o664, 0o666, 0o755, 0o775, 0o777, 0o1777, 0o600):
+                st = SimpleNamespace(st_uid=uid, st_gid=gid, st_mode=stat.S_IFREG | mode)
+                assert copy(st) == index.writer(st), (uid, gid, oct(mode))

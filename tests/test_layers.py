@@ -216,6 +216,7 @@ def test_the_runtime_index_has_one_reader_and_writer():
         "fixpack.site.plugin",
         "fixpack.site.warm",
         "fixpack.site.state",  # the state files' reader: regular files only, bounded
+        "fixpack.site.manifest",  # and their JSON object of one format
         "fixpack.cookbook.tomlfile",  # and the cookbook's
         "fixpack.cookbook.fix_module",
         "fixpack.commands.provenance.sbom",  # and --merge's input

@@ -152,15 +152,15 @@ def check() -> None:
         return
     try:
         _check(mode)
-    except RuntimeError:
-        if mode != "warn":
-            raise
     except Exception as exc:  # never a traceback, and under warn never the end of the process
-        if mode != "warn":
+        if mode == "warn":
+            log.warning("fixpack: the runtime check failed (%r); %s=warn: going on", exc, MODE_VARIABLE)
+        elif isinstance(exc, RuntimeError) and str(exc).startswith("fixpack: "):
+            raise  # the check's own refusal, already one line
+        else:
             raise RuntimeError(
                 f"fixpack: the runtime check failed ({exc!r}); {MODE_VARIABLE}=warn only warns"
             ) from None
-        log.warning("fixpack: the runtime check failed (%r); %s=warn: going on", exc, MODE_VARIABLE)
 
 
 def _check(mode: str) -> None:

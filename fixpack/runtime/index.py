@@ -47,15 +47,23 @@ _HEX = frozenset("0123456789abcdef")
 
 def loads(raw: bytes) -> "dict":
     """The index in ``raw``; ValueError (one line) when it is not an index of this FORMAT and shape."""
+    data = format_object(raw, "index", FORMAT)
+    _check_shape(data)
+    return data
+
+
+def format_object(raw: bytes, what: str, expected: int) -> "dict":
+    """A JSON object whose ``format`` is ``expected`` (fixpack's state files: this index, the
+    manifest); ValueError in one line otherwise, also for nesting too deep to parse."""
     try:
         data = json.loads(raw)
     except (RecursionError, MemoryError):
         raise ValueError("nested too deep or too large to read") from None
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
-    if data.get("format") != FORMAT or isinstance(data.get("format"), bool):
-        raise ValueError(f"index format {data.get('format')!r}; this fixpack reads format {FORMAT}")
-    _check_shape(data)
+    found = data.get("format")
+    if found != expected or isinstance(found, bool):  # True == 1 in Python
+        raise ValueError(f"{what} format {found!r}; this fixpack reads format {expected}")
     return data
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..core.identity import FixSet, fix_set
 from ..models import FileEntry
+from ..runtime.index import format_object
 from . import warm
 
 __all__ = ["FORMAT", "Manifest"]
@@ -79,14 +80,7 @@ class Manifest:
     def from_bytes(cls, raw: bytes | None) -> Manifest:
         if raw is None:
             return cls()
-        try:
-            data = json.loads(raw)
-        except (RecursionError, MemoryError):
-            raise ValueError("nested too deep or too large to read") from None
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        if data.get("format") != FORMAT or isinstance(data.get("format"), bool):
-            raise ValueError(f"manifest format {data.get('format')!r} is not {FORMAT}")
+        data = format_object(raw, "manifest", FORMAT)
         files = {
             path: FileEntry(r["dist"], r["pristine"], r["applied"], tuple(r["fixes"]), tuple(r.get("patches", ())))
             for path, r in data.get("files", {}).items()
