@@ -6,6 +6,7 @@ pick the profile a site or the given trees are for."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,61 @@ def test_lock_without_a_profile_or_trees_for_one_says_so(cli, cookbook, tmp_path
     two_profiles(cookbook)
     r = run_cli("lock", f"--source=vllm-gaudi={cookbook.sources['vllm-gaudi']}")
     assert r.returncode == 2 and "give --profile NAME, or --source trees for all its pins" in r.stderr, r.stderr
+
+
+def _remove_vllm_gaudi(site) -> None:
+    """What ``pip uninstall vllm-gaudi`` leaves: its package and its dist-info gone."""
+    shutil.rmtree(site.roots["vllm-gaudi"] / "vllm_gaudi")
+    for info in site.path.glob("vllm_gaudi-*.dist-info"):
+        shutil.rmtree(info)
+
+
+@pytest.mark.parametrize("overlay", [False, True], ids=["in-place", "overlay"])
+def test_a_way_back_after_a_pinned_distribution_is_removed(cli, cookbook, tmp_path, overlay):
+    """The Gaudi profile applied, then vllm-gaudi uninstalled to switch to vLLM's own profile:
+    status reports what is applied and how back; revert takes back what remains, leaving nothing
+    of the fixes behind; the other profile then applies."""
+    two_profiles(cookbook)
+    site = make_site(tmp_path)
+    where = ["--site", str(site.path), *(["--overlay", str(tmp_path / "overlay")] if overlay else [])]
+    assert cli("apply", "--profile", "v0.26.0", *where).exit_code == 0
+    _remove_vllm_gaudi(site)
+
+    r = cli("apply", "--profile", "v0.26.0", *where)
+    assert r.exit_code == 3 and "reinstall it, or take them back with fixpack revert" in r.stderr
+    r = cli("status", *where, "--json")
+    assert r.exit_code == 0, r.output
+    status = json.loads(r.stdout)
+    assert {f["id"]: f["state"] for f in status["fixes"]} == {"sampler-fix": "applied", "runner-fix": "missing"}
+    (note,) = [n for n in status["notes"] if "vllm-gaudi" in n]
+    assert "vllm-gaudi, which profile v0.26.0 pins, is no longer installed" in note
+    assert note.endswith("fixpack revert takes back the fixes on what remains")
+
+    before = site.snapshot()
+    r = cli("revert", "sampler-fix", *where)  # runner-fix would stay applied to files that are gone
+    assert r.exit_code == 1
+    assert "runner-fix, which would stay applied, patched it: revert it too" in r.stderr
+    assert cli("revert", "--dry-run", *where).exit_code == 0
+    assert site.snapshot() == before
+
+    r = cli("revert", *where)
+    assert r.exit_code == 0, r.output
+    assert "the fixes' changes to its 1 file went with it" in r.stderr
+    assert site.read("vllm/sampler.py") == SAMPLER.encode()
+    assert not (site.path / ".fixpack" / "manifest.json").exists()
+    assert not [p for p in (site.path / ".fixpack").rglob("*") if p.is_file() and p.name != "lock"]
+    assert not (tmp_path / "overlay").exists()
+    assert cli("apply", "--profile", "vllm-0.26.0", *where).exit_code == 0
+
+
+def test_reverting_only_the_fixes_of_a_removed_distribution_keeps_the_rest(cli, cookbook, tmp_path):
+    two_profiles(cookbook)
+    site = make_site(tmp_path)
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
+    _remove_vllm_gaudi(site)
+    r = cli("revert", "runner-fix", "--site", str(site.path))
+    assert r.exit_code == 0, r.output
+    status = cli("status", "--site", str(site.path), "--json")
+    assert {f["id"]: f["state"] for f in json.loads(status.stdout)["fixes"]} == {"sampler-fix": "applied"}
+    assert "no longer installed" not in status.stderr
+    assert not list((site.path / ".fixpack").rglob("runner.py"))

@@ -98,6 +98,13 @@ class InPlace:
                 kept[path] = keep
             if keep != f.stored:
                 writes.append(Write(pristine_copy(self.state_dir, path), keep, same_as=f.dist.file(path)))
+        # the copies of what a distribution uninstalled since took with it: its files, its RECORD
+        present = {d.dist_info.name for d in dists.values()}
+        went = [p for p in old.files if p not in files and p not in new.files]
+        went += [f"{name}/RECORD" for name in old.record_digests if name not in present]
+        writes += [
+            Write(pristine_copy(self.state_dir, p), None) for p in went if read_file(pristine_copy(self.state_dir, p))
+        ]
         rows = {p.relative_to(self.site).as_posix(): c for p, c in runtime.items() if c is not None}
         record_writes, digests = records_after(
             list(dists.values()), self.state_dir, new, old, {p: content[p] for p in new.files}, kept, rows

@@ -23,13 +23,12 @@ from ...models import Action, Plan
 from ...site.manifest import Manifest
 from ...site.warm import exec_command
 from .expect import as_expected, expectation, refuse_unexpected
+from .pins import check_commits, installed, refuse_beside
 from .pipeline import (
     already_applied,
-    check_commits,
     destination,
     holds,
     holds_plan,
-    installed,
     manifest_last,
     nothing_changed,
     open_state,
@@ -37,7 +36,6 @@ from .pipeline import (
     rebuild_files,
     recognise_files,
     recognised_against,
-    refuse_beside,
     refuse_drift,
     refuse_overlay_over_in_place,
     refused_results,
@@ -85,7 +83,7 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
     for name in request.opt_ins:
         if name not in catalog.fixes:
             raise UsageError(f"unknown fix {name!r}{suggest(name, list(profile.pack))}", fix_id=name)
-    env, dists = installed(profile, request.site)
+    env, dists = installed(profile, request.site, request.overlay)
     refuse_beside(catalog, profile, env)
     commit_notes = check_commits(profile, dists, request.allow_unpinned)
     result.notes += commit_notes

@@ -1,5 +1,5 @@
-"""The install pipeline, the steps ``apply``, ``status`` and ``revert`` are recipes of: find what
-is installed and the destination, check its commits, recognise each file, rebuild the new contents
+"""The install pipeline, the steps ``apply``, ``status`` and ``revert`` are recipes of: the
+destination, recognise each file (the distributions it is read from: ``pins``), rebuild the new contents
 (each patched module built and compiled here, in memory) for the destination to place
 (``fixpack.site.destination``).
 
@@ -22,7 +22,6 @@ from ...core.fingerprint import patch_digest, sha256
 from ...core.plan import pack_chain
 from ...errors import FixpackError, Refused
 from ...models import Action, Change, FileEntry, FileState, Fix, Plan, Profile
-from ...site import commits
 from ...site.destination import NO_COPY, Destination, Held, InstalledFile, Placement, Rebuilt, Write
 from ...site.distributions import Distribution, Environment
 from ...site.inplace import InPlace
@@ -36,9 +35,6 @@ Rows = list[tuple[str, str | None, str | None]]
 
 __all__ = [
     "destination",
-    "installed",
-    "check_commits",
-    "refuse_beside",
     "refuse_overlay_over_in_place",
     "open_state",
     "recognised_against",
@@ -65,25 +61,6 @@ def destination(env: Environment, overlay: Path | None) -> Destination:
     return InPlace.of(env) if overlay is None else Overlay(overlay)
 
 
-def installed(profile: Profile, site: Path | None) -> tuple[Environment, dict[str, Distribution]]:
-    """The environment and each pinned distribution in it (EnvironmentProblem if one is missing)."""
-    env = Environment.read({p.dist: p.package for p in profile.pins}, site)
-    return env, {p.dist: env.get(p.dist) for p in profile.pins}
-
-
-def refuse_beside(catalog: Catalog, profile: Profile, env: Environment) -> None:
-    """Refuse a site where a distribution the profile names in ``[instead]`` is installed: the
-    profile that covers it is the one to apply."""
-    for dist, other in profile.instead:
-        package = next(p.package for p in catalog.profiles[other].pins if p.dist == dist)
-        found = Environment.read({dist: package}, env.site).found.get(dist)
-        if found is not None:
-            raise Refused(
-                f"{dist} {found.version} is installed in {found.site}: profile {profile.name} would leave its "
-                f"code unfixed; apply profile {other}, which patches both"
-            )
-
-
 def refuse_overlay_over_in_place(env: Environment, catalog: Catalog) -> None:
     """An overlay is built over the installed release: refuse it over fixes applied in place."""
     if not env.state_dir.parent.is_dir():
@@ -94,48 +71,6 @@ def refuse_overlay_over_in_place(env: Environment, catalog: Catalog) -> None:
             f"{env.state_dir.parent} has fixes applied in place ({', '.join(applied.fixes)}): an overlay is "
             "built over the installed release; use the in-place fixes, or fixpack revert them first"
         )
-
-
-def check_commits(profile: Profile, dists: dict[str, Distribution], allow_unpinned: bool) -> list[str]:
-    """Refuse a known commit the profile does not accept; say where each commit came from."""
-    notes = []
-    for pin in profile.pins:
-        dist = dists[pin.dist]
-        if dist.version == pin.version:
-            version_ok = True  # the usual case, without importing packaging (start-up time)
-        else:
-            from packaging.version import InvalidVersion, Version
-
-            try:
-                version_ok = Version(dist.version).public == Version(pin.version).public
-            except InvalidVersion:
-                version_ok = False
-        commit = dist.commit
-        if commit.id is None:
-            notes.append(
-                f"{pin.dist} {dist.version}: commit could not be read ({commit.source}); file fingerprints decide"
-            )
-            ok = version_ok
-        else:
-            listed = any(commits.matches(commit.id, c) for c in pin.commits)
-            ok = version_ok and (listed or pin.match == "fingerprints")
-            notes.append(
-                f"{pin.dist} {dist.version}: commit {commit.id} (from {commit.source})"
-                + ("" if listed or not ok else "; a build the profile does not list: file fingerprints decide")
-            )
-        if not ok:
-            what = f"version {dist.version}" + (f", commit {commit.id}" if commit.id else "")
-            if commit.id and len(commit.id) < commits.SHORTEST and version_ok:
-                what += f" (too short to match: at least {commits.SHORTEST} hex digits are needed)"
-            builds = f" at {', '.join(c[:12] for c in pin.commits)}" if pin.match == "commit" else " (any build)"
-            message = (
-                f"the image does not match profile {profile.name}: {pin.dist} is {what}; "
-                f"the profile pins {pin.version}{builds}"
-            )
-            if not allow_unpinned:
-                raise Refused(message + " (--allow-unpinned applies anyway if every fingerprint holds)")
-            notes.append(message + "; going on (--allow-unpinned): every fingerprint must hold")
-    return notes
 
 
 def recognised_against(held: Held) -> Manifest:

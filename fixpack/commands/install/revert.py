@@ -10,12 +10,12 @@ from ...cookbook.catalog import Catalog
 from ...core.names import suggest
 from ...core.plan import resolve, with_dependents
 from ...errors import Refused, UsageError
-from ...models import Action
+from ...models import Action, Profile
 from ...site.distributions import Environment
 from ...site.manifest import Manifest
+from .pins import dist_of, gone_notes, remaining
 from .pipeline import (
     destination,
-    installed,
     manifest_last,
     nothing_changed,
     open_state,
@@ -62,9 +62,14 @@ def revert(
         # files a kept fix changes (the rest of the overlay goes, whatever the image holds now).
         paths = [p for p in plan.paths() if any(pc.change.fix_id in keep for pc in plan.changes_for(p))]
         paths = list(dict.fromkeys([*recorded.files, *paths]))
-        dists = installed(profile, site)[1] if paths else {}
-        files = recognise_files(catalog.fixes, profile, dists, recorded, paths, target.state_dir)
+        # a pinned distribution removed since (pip uninstall) took its patched files with it: there
+        # is nothing of them to take back, and the rest is reverted as usual
+        _, dists, gone = remaining(profile, site)
+        went = [p for p in dict.fromkeys([*manifest.files, *paths]) if dist_of(profile, p) in gone]
+        paths = [p for p in paths if p not in went]
         try:
+            refuse_keeping(catalog, profile, keep, went, gone)
+            files = recognise_files(catalog.fixes, profile, dists, recorded, paths, target.state_dir)
             refuse_drift(files, plan, recorded.files)
             rebuilt = rebuild_files(plan, files, keep)
             new = Manifest(profile.name, profile.release, keep, rebuilt.entries) if keep else Manifest()
@@ -72,6 +77,7 @@ def revert(
         except Refused as refused:
             result.error = nothing_changed(refused)
             return result
+        result.notes += gone_notes(profile, gone, went, site)
         for fid in manifest.fixes:
             if fid in removing:
                 needs = removing[fid]
@@ -83,3 +89,16 @@ def revert(
             target.commit(writes)
             result.notes += usage_notes(target, new)
     return result
+
+
+def refuse_keeping(
+    catalog: Catalog, profile: Profile, keep: tuple[str, ...], went: list[str], gone: tuple[str, ...]
+) -> None:
+    """Refuse to keep a fix applied whose files went with a removed distribution."""
+    stranded = [f for f in keep if any(c.path in went for c in catalog.fixes[f].changes[profile.release])]
+    if stranded:
+        raise Refused(
+            f"{', '.join(gone)} is no longer installed, and {', '.join(stranded)}, which would stay applied, "
+            f"patched it: revert {'them' if len(stranded) > 1 else 'it'} too, or every fix (fixpack revert)",
+            fix_id=stranded[0],
+        )

@@ -7,12 +7,13 @@ from pathlib import Path
 
 from ...cookbook.catalog import Catalog
 from ...errors import EnvironmentProblem
+from ...models import FileState, Profile
 from ...runtime import check, fixset
 from ...site.distributions import Environment
+from .pins import dist_of, gone_notes, installed, remaining
 from .pipeline import (
     destination,
     fix_state,
-    installed,
     open_state,
     recognise_files,
     recognised_against,
@@ -62,13 +63,35 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None, overla
     if name is None:
         return StatusResult(None, list(env.found.values()), [], notes, manifest)
     profile = catalog.profile(name)
-    _, dists = installed(profile, site)
     fix_ids = list(profile.pack) if profile_name else list(manifest.fixes)
     paths = list(dict.fromkeys(c.path for fid in fix_ids for c in catalog.fixes[fid].changes[profile.release]))
+    # what is applied is reported even where a distribution it patched was removed since
+    _, dists, gone = remaining(profile, site)
+    if gone and profile_name not in (None, manifest.profile):
+        installed(profile, site)  # another profile's pending fixes: refused, naming what is missing
+    went = {p for p in paths if dist_of(profile, p) in gone}
+    went_notes = gone_notes(profile, gone, sorted(went), site)
+    if went_notes and not manifest.empty:
+        went_notes[-1] += "; fixpack revert takes back the fixes on what remains"
+    notes += went_notes
+    paths = [p for p in paths if p not in went]
     installed_files = recognise_files(catalog.fixes, profile, dists, recognised_against(held), paths, target.state_dir)
     files = through_overlay(installed_files, held)
     drifted = fixset.drifted(rows(held, files, dists))
-    fixes = [(fid, fix_state(catalog.fixes[fid], profile.release, files)) for fid in fix_ids]
+    fixes = [
+        (
+            fid,
+            FileState.MISSING
+            if went & touched(catalog, profile, fid)
+            else fix_state(catalog.fixes[fid], profile.release, files),
+        )
+        for fid in fix_ids
+    ]
     # what every vLLM process would refuse, whatever the files hold (the runtime index is beside the state)
     refused = None if manifest.empty else check.refusal(str(target.state_dir.parent))
     return StatusResult(profile.name, list(env.found.values()), fixes, notes, manifest, drifted, refused)
+
+
+def touched(catalog: Catalog, profile: Profile, fix_id: str) -> set[str]:
+    """The repository paths a fix changes in the profile's release."""
+    return {c.path for c in catalog.fixes[fix_id].changes[profile.release]}

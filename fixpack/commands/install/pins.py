@@ -1,0 +1,121 @@
+"""The distributions a profile pins, as this environment holds them: each one found (or gone
+since the fixes were applied, and what to say of it), the profile's ``[instead]`` refusal, and the
+commit each was built from against the pins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...cookbook.catalog import Catalog
+from ...core.names import canonical
+from ...errors import EnvironmentProblem, Refused
+from ...models import Profile
+from ...site import commits
+from ...site.distributions import Distribution, Environment
+from ...site.layout import MANIFEST
+from ...site.overlay import Overlay
+
+__all__ = ["installed", "remaining", "gone_notes", "dist_of", "refuse_beside", "check_commits"]
+
+
+def installed(
+    profile: Profile, site: Path | None, overlay: Path | None = None
+) -> tuple[Environment, dict[str, Distribution]]:
+    """The environment and each pinned distribution in it (EnvironmentProblem if one is missing,
+    saying how back where fixes are applied, in place or in ``overlay``, to what remains)."""
+    env, dists, gone = remaining(profile, site)
+    if gone:
+        try:
+            env.get(gone[0])
+        except EnvironmentProblem as missing:
+            state_dir = Overlay(overlay).state_dir if overlay else env.state_dir if env.found else None
+            if state_dir is None or not (state_dir / MANIFEST).is_file():
+                raise
+            raise EnvironmentProblem(
+                f"{missing}; fixes are applied to what remains: reinstall it, or take them back with fixpack revert",
+                path=missing.path,
+            ) from None
+    return env, dists
+
+
+def remaining(profile: Profile, site: Path | None) -> tuple[Environment, dict[str, Distribution], tuple[str, ...]]:
+    """The environment, each pinned distribution in it, and the pinned ones it no longer holds."""
+    env = Environment.read({p.dist: p.package for p in profile.pins}, site)
+    found = {p.dist: env.found[canonical(p.dist)] for p in profile.pins if canonical(p.dist) in env.found}
+    return env, found, tuple(p.dist for p in profile.pins if p.dist not in found)
+
+
+def gone_notes(profile: Profile, gone: tuple[str, ...], paths: list[str], site: Path | None) -> list[str]:
+    """What to say of the files of distributions removed since the fixes were applied."""
+    where = f"in {site}" if site is not None else "in this interpreter's path"
+    notes = []
+    for dist in gone:
+        n = sum(1 for p in paths if dist_of(profile, p) == dist)
+        if n:
+            notes.append(
+                f"{dist}, which profile {profile.name} pins, is no longer installed {where}: the fixes' "
+                f"changes to its {n} file{'s' if n != 1 else ''} went with it"
+            )
+    return notes
+
+
+def dist_of(profile: Profile, path: str) -> str:
+    """The pinned distribution a repository path belongs to."""
+    pin = profile.pin_for_path(path)
+    assert pin is not None  # the catalog checked every change's path against the pins
+    return pin.dist
+
+
+def refuse_beside(catalog: Catalog, profile: Profile, env: Environment) -> None:
+    """Refuse a site where a distribution the profile names in ``[instead]`` is installed: the
+    profile that covers it is the one to apply."""
+    for dist, other in profile.instead:
+        package = next(p.package for p in catalog.profiles[other].pins if p.dist == dist)
+        found = Environment.read({dist: package}, env.site).found.get(dist)
+        if found is not None:
+            raise Refused(
+                f"{dist} {found.version} is installed in {found.site}: profile {profile.name} would leave its "
+                f"code unfixed; apply profile {other}, which patches both"
+            )
+
+
+def check_commits(profile: Profile, dists: dict[str, Distribution], allow_unpinned: bool) -> list[str]:
+    """Refuse a known commit the profile does not accept; say where each commit came from."""
+    notes = []
+    for pin in profile.pins:
+        dist = dists[pin.dist]
+        if dist.version == pin.version:
+            version_ok = True  # the usual case, without importing packaging (start-up time)
+        else:
+            from packaging.version import InvalidVersion, Version
+
+            try:
+                version_ok = Version(dist.version).public == Version(pin.version).public
+            except InvalidVersion:
+                version_ok = False
+        commit = dist.commit
+        if commit.id is None:
+            notes.append(
+                f"{pin.dist} {dist.version}: commit could not be read ({commit.source}); file fingerprints decide"
+            )
+            ok = version_ok
+        else:
+            listed = any(commits.matches(commit.id, c) for c in pin.commits)
+            ok = version_ok and (listed or pin.match == "fingerprints")
+            notes.append(
+                f"{pin.dist} {dist.version}: commit {commit.id} (from {commit.source})"
+                + ("" if listed or not ok else "; a build the profile does not list: file fingerprints decide")
+            )
+        if not ok:
+            what = f"version {dist.version}" + (f", commit {commit.id}" if commit.id else "")
+            if commit.id and len(commit.id) < commits.SHORTEST and version_ok:
+                what += f" (too short to match: at least {commits.SHORTEST} hex digits are needed)"
+            builds = f" at {', '.join(c[:12] for c in pin.commits)}" if pin.match == "commit" else " (any build)"
+            message = (
+                f"the image does not match profile {profile.name}: {pin.dist} is {what}; "
+                f"the profile pins {pin.version}{builds}"
+            )
+            if not allow_unpinned:
+                raise Refused(message + " (--allow-unpinned applies anyway if every fingerprint holds)")
+            notes.append(message + "; going on (--allow-unpinned): every fingerprint must hold")
+    return notes
