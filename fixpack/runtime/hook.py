@@ -32,10 +32,8 @@ processes started without ``PYTHONPATH`` (e.g. Ray workers whose runtime env doe
 Standard library only; copied out of fixpack (fixpack/runtime/hook.py) by ``fixpack apply --overlay``.
 """
 
-import hashlib
 import importlib.machinery
 import importlib.util
-import logging
 import os
 import stat
 import sys
@@ -55,7 +53,19 @@ ROOT = os.path.dirname(os.path.realpath(__file__))
 PACKAGE = os.path.join(ROOT, "fixpack_runtime_check")
 MODE_VARIABLE = "FIXPACK_RUNTIME_CHECK"  # stop (default) | warn | off
 
-log = logging.getLogger("vllm.fixpack")
+
+def _warn(message: str) -> None:
+    # logging and hashlib are imported when first needed: most processes that run this file (the
+    # resource tracker, torch's short probes) never import a patched module
+    import logging
+
+    logging.getLogger("vllm.fixpack").warning("%s", message)
+
+
+def _sha256_of(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
 
 
 class OverlayDrift(RuntimeError):
@@ -113,17 +123,17 @@ class _Loader(importlib.machinery.SourceFileLoader):
                 raise OverlayDrift(
                     f"fixpack overlay: {exc}; build the overlay again (fixpack apply --overlay)"
                 ) from None
-            log.warning("fixpack overlay: %s; compiling %s instead", exc, self.path)
+            _warn(f"fixpack overlay: {exc}; compiling {self.path} instead")
             raise OSError(str(exc)) from None  # the import system then compiles the checked source
-        if path == self.path and _mode() != "off" and hashlib.sha256(data).hexdigest() != self._expected:
+        if path == self.path and _mode() != "off" and (found := _sha256_of(data)) != self._expected:
             message = (
                 f"fixpack overlay: {path} changed after the overlay was built "
-                f"(sha256 {_short(hashlib.sha256(data).hexdigest())}, recorded {_short(self._expected)}); "
+                f"(sha256 {_short(found)}, recorded {_short(self._expected)}); "
                 "build the overlay again (fixpack apply --overlay)"
             )
             if _mode() == "stop":
                 raise OverlayDrift(message)
-            log.warning("%s", message)
+            _warn(message)
         return data
 
 
@@ -139,7 +149,7 @@ class OverlayFinder:
     def _sha256(self, path: str) -> "str | None":
         """An installed file's hash; None when absent or not a regular file (never blocking on a FIFO)."""
         try:
-            return hashlib.sha256(self.reader.read_regular(path, SOURCE_LIMIT)).hexdigest()
+            return _sha256_of(self.reader.read_regular(path, SOURCE_LIMIT))
         except (OSError, ValueError):
             return None
 
@@ -161,7 +171,7 @@ class OverlayFinder:
             )
             if mode == "stop":
                 raise OverlayDrift(message)
-            log.warning("%s; running the installed file", message)
+            _warn(f"{message}; running the installed file")
             return None  # the normal finders: the installed file, unpatched
         if entry.get("file") is None:  # a fix removed the module
             raise ModuleNotFoundError(f"No module named {fullname!r} (removed by fixpack)", name=fullname)

@@ -34,6 +34,7 @@ when a root process inherits the ``PYTHONPATH`` of a container that runs as anot
 
 import json
 import os
+import re
 import stat
 import sys
 
@@ -42,7 +43,8 @@ FORMAT = 2
 MAX_BYTES = 4 << 20  # an index of the whole pack is about 20 kB
 MODULES = ".fixpack/modules/"  # an overlay's copies, by repository path
 _MODES = ("in-place", "overlay")
-_HEX = frozenset("0123456789abcdef")
+_SHA256 = re.compile("[0-9a-f]{64}")  # fullmatch: no trailing newline, unlike $
+_TEXT_KEYS = ("dist", "module", "file", "sha256", "original", "pristine")
 
 
 def loads(raw: bytes) -> "dict":
@@ -181,32 +183,35 @@ def _check_shape(data: "dict") -> None:
 
 
 def _check_entry(entry: "dict", mode: str, packages: "frozenset[str]") -> None:
+    # Every vLLM start-up runs this for each patched file, in each process: the common case is
+    # tested first, cheaply, and the message is built only for a refusal.
     path = entry.get("path")
     if not isinstance(path, str):
         raise ValueError(f"files: path {path!r} is not a file of the pinned packages")
     parts = path.split("/")
-    if any(p in ("", ".", "..") for p in parts) or parts[0] not in packages:
+    if parts[0] not in packages or "" in parts or "." in parts or ".." in parts:
         raise ValueError(f"files: path {path!r} is not a file of the pinned packages")
-    where = f"files: {path}"
-    for key in ("dist", "module", "file", "sha256", "original", "pristine"):
-        if entry.get(key) is not None and not isinstance(entry[key], str):
-            raise ValueError(f"{where}: {key} is neither null nor a string")
+    for key in _TEXT_KEYS:
+        value = entry.get(key)
+        if value is not None and type(value) is not str:
+            raise ValueError(f"files: {path}: {key} is neither null nor a string")
     if not entry.get("dist"):
-        raise ValueError(f"{where}: no dist")
-    if entry.get("module") is not None and entry["module"] != module_name(path):
-        raise ValueError(f"{where}: module {entry['module']!r} is not the module the path names")
+        raise ValueError(f"files: {path}: no dist")
+    module = entry.get("module")
+    if module is not None and module != module_name(path):
+        raise ValueError(f"files: {path}: module {module!r} is not the module the path names")
     for key in ("sha256", "pristine"):
         value = entry.get(key)
-        if value is not None and (len(value) != 64 or not set(value) <= _HEX):
-            raise ValueError(f"{where}: {key} is not a sha256")
+        if value is not None and _SHA256.fullmatch(value) is None:
+            raise ValueError(f"files: {path}: {key} is not a sha256")
     file, original = entry.get("file"), entry.get("original")
     if file is not None:
         own = file == MODULES + path if mode == "overlay" else os.path.isabs(file) and file.endswith("/" + path)
         if not own:
-            raise ValueError(f"{where}: file {file!r} is not its own place")
+            raise ValueError(f"files: {path}: file {file!r} is not its own place")
         if entry.get("sha256") is None:
-            raise ValueError(f"{where}: a file without its sha256")
+            raise ValueError(f"files: {path}: a file without its sha256")
     if original is not None and not (os.path.isabs(original) and original.endswith("/" + path)):
-        raise ValueError(f"{where}: original {original!r} is not an installed file of that path")
-    if mode == "overlay" and entry.get("module") is None:
-        raise ValueError(f"{where}: an overlay carries modules only")
+        raise ValueError(f"files: {path}: original {original!r} is not an installed file of that path")
+    if mode == "overlay" and module is None:
+        raise ValueError(f"files: {path}: an overlay carries modules only")
