@@ -163,8 +163,8 @@ def bench_end_to_end(env: ServeEnv, model: Path, work: Path, tp: int, runs: int,
         row: dict = {}
         for side in order:
             pack = Pack(work / f"overlay-tp{tp}-{i}") if side == "fixpack" else None
-            log, name = work / "logs" / f"tp{tp}-{i}-{side}.log", f"{side} TP {tp} round {i}"
-            server = vllm_server(env, serve_args(model, tp), log, name, pack=pack, tp=tp, poll=POLL)
+            server_log, name = work / "logs" / f"tp{tp}-{i}-{side}.log", f"{side} TP {tp} round {i}"
+            server = vllm_server(env, serve_args(model, tp), server_log, name, pack=pack, tp=tp, poll=POLL)
             try:
                 ready, first = first_answer(server, model)
             finally:
@@ -208,8 +208,8 @@ def bench_hook(env: ServeEnv, model: Path, work: Path, tp: int, runs: int) -> di
             "FIXPACK_BENCH_OVERLAY": str(overlay),
             "FIXPACK_BENCH_HOOK_DIR": str(records),
         }
-        log = work / "logs" / f"hook-tp{tp}-{i}.log"
-        server = vllm_server(env, serve_args(model, tp), log, f"hook TP {tp}", tp=tp, environ=environ, poll=POLL)
+        server_log = work / "logs" / f"hook-tp{tp}-{i}.log"
+        server = vllm_server(env, serve_args(model, tp), server_log, f"hook TP {tp}", tp=tp, environ=environ, poll=POLL)
         try:
             first_answer(server, model)
         finally:

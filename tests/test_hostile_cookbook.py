@@ -1,6 +1,7 @@
 """Issue 56: the cookbook is trusted, but its reader still answers bad input in one line (exit 2):
-an [instead] cycle, two pins of one distribution, commits that are not commit ids, a patch that is
-a FIFO (never read, so nothing hangs), a TOML file nested thousands deep."""
+an [instead] cycle, two pins of one distribution, commits that are not commit ids, a patch or a lock
+that is a FIFO (never read, so nothing hangs), a TOML file, a lock or a recipe nested thousands
+deep."""
 
 from __future__ import annotations
 
@@ -59,3 +60,32 @@ def test_a_toml_file_nested_thousands_deep_is_one_line(cookbook):
     toml = cookbook.root / "fixes" / "runner-fix" / "fix.toml"
     toml.write_text(toml.read_text() + "deep = " + "[" * 5000 + "]" * 5000 + "\n")
     one_line_exit_2("nested too deep")
+
+
+def test_a_lock_that_is_a_fifo_is_refused_without_hanging(cookbook):
+    _profiles(cookbook)
+    cookbook.lock()
+    lock = cookbook.root / "fixes" / "sampler-fix" / "v0.26.0.lock.json"
+    lock.unlink()
+    os.mkfifo(lock)
+    one_line_exit_2("is not a regular file")
+
+
+def test_a_lock_nested_thousands_deep_is_one_line(cookbook):
+    _profiles(cookbook)
+    cookbook.lock()
+    lock = cookbook.root / "fixes" / "sampler-fix" / "v0.26.0.lock.json"
+    lock.write_text('{"files": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    one_line_exit_2("nested too deep")
+
+
+@pytest.mark.parametrize("deep", ["[" * 3000 + "]" * 3000, "{a: " * 3000 + "1" + "}" * 3000])
+def test_a_recipe_nested_thousands_deep_is_one_line(cookbook, deep):
+    from shipped_recipe import with_recipe
+
+    with_recipe(cookbook)
+    recipe = cookbook.root / "recipes" / "Qwen" / "Qwen3.5-122B-A10B-FP8" / "recipe.yaml"
+    recipe.write_text(recipe.read_text() + "deep: " + deep + "\n")
+    r = run_cli("recipe", "check", timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and "recipe.yaml:1: nested too deep or too large to read" in r.stderr

@@ -215,10 +215,13 @@ def test_the_runtime_index_has_one_reader_and_writer():
         "fixpack.runtime.fixset",
         "fixpack.site.plugin",
         "fixpack.site.warm",
-        "fixpack.site.state",  # the state files' reader: regular files only, bounded
+        "fixpack.site.state",  # the state files' reader: regular files only, bounded; the rule on who may write
         "fixpack.site.manifest",  # and their JSON object of one format
+        "fixpack.site.journal",  # the journal's index and backups
         "fixpack.cookbook.tomlfile",  # and the cookbook's
         "fixpack.cookbook.fix_module",
+        "fixpack.cookbook.lockfile",
+        "fixpack.cookbook.recipes",
         "fixpack.commands.provenance.sbom",  # and --merge's input
     }
 

@@ -12,12 +12,14 @@ import time
 
 _clock = time.perf_counter
 _start = _clock()
-# The standard library modules the hook imports, which a vLLM process imports anyway: timed apart.
-import hashlib  # noqa: E402, F401
+# The standard library modules the hook imports at start-up (it and the index's reader), which a
+# vLLM process imports anyway: timed apart. hashlib and logging it imports when first needed, inside
+# the figures below.
 import importlib.machinery  # noqa: E402, F401
 import importlib.util  # noqa: E402
 import json  # noqa: E402
-import logging  # noqa: E402, F401
+import re  # noqa: E402, F401
+import stat  # noqa: E402, F401
 
 _stdlib = _clock() - _start
 import atexit  # noqa: E402 - the shim's own (built in)

@@ -18,6 +18,7 @@ import yaml
 
 from ..errors import UsageError
 from ..runtime import rules as rulebook
+from ..runtime.index import read_regular
 from . import default_root, schema
 from .checks import Verify, read_verify
 from .schema import FLAG, ITEMS, LIST, POSITIVE, TEXT, TEXTS, Field, Kind, Table
@@ -25,6 +26,7 @@ from .schema import FLAG, ITEMS, LIST, POSITIVE, TEXT, TEXTS, Field, Kind, Table
 __all__ = ["Recipe", "Upstream", "RECIPE_TABLE", "load_recipe", "load_recipes", "RECIPES_DIR"]
 
 RECIPES_DIR = "recipes"
+RECIPE_LIMIT = 4 << 20  # a recipe is a few kB
 SLUG = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 HEX = re.compile(r"[0-9a-f]{7,40}\Z")
@@ -184,6 +186,8 @@ def _compose(text: str, shown: str) -> tuple[Any, dict[Where, int]]:
         raise _error(shown, line, f"not valid YAML: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
         raise _error(shown, 1, f"not valid YAML: {exc}") from None
+    except (RecursionError, MemoryError):
+        raise _error(shown, 1, "nested too deep or too large to read") from None
     finally:
         loader.dispose()
 
@@ -268,8 +272,8 @@ def _recipe(path: Path, top: dict[str, Any], r: _Reader) -> Recipe:
 
 def _read(path: Path, shown: str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        return read_regular(str(path), RECIPE_LIMIT).decode("utf-8")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise _error(shown, 1, f"cannot be read ({exc})") from None
 
 

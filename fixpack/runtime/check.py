@@ -68,16 +68,19 @@ def read_index(root: str) -> dict[str, Any]:
     return index_file.read(os.path.join(root, PACKAGE, index_file.NAME), root)
 
 
-def static_problems(index: dict[str, Any], root: str) -> list[str]:
+def static_problems(index: dict[str, Any], root: str, listed: str | None = None) -> list[str]:
     """What is wrong with the index and the overlay's copies whatever the process: a copy another
-    user could write, a recorded fix set that is not the one the index lists."""
+    user could write, a recorded fix set that is not the one the index lists (``listed``, when
+    computed already)."""
     out = []
     if index["mode"] == "overlay":
+        checked: set[str] = set()  # the copies share their folders: each is looked at once
         for entry in index["files"]:
-            found = entry.get("file") and index_file.untrusted(os.path.join(root, entry["file"]), root)
+            found = entry.get("file") and index_file.untrusted(os.path.join(root, entry["file"]), root, checked)
             if found:
                 out.append(f"{found}, which fixpack does not trust")
-    recorded, listed = (index.get("fix_set") or {}).get("digest"), fixset.digest_of(index)
+    recorded = (index.get("fix_set") or {}).get("digest")
+    listed = listed or fixset.digest_of(index)
     if recorded is not None and recorded != listed:
         out.append(f"the index records fix set {recorded}, but the files it lists make fix set {listed}")
     return out
@@ -170,9 +173,10 @@ def _check(mode: str) -> None:
         index = read_index(root)
         hashes: dict[str, str | None] = {}
         drifted = fixset.drifted(fixset.index_rows(index, root, hashes))
-        found = static_problems(index, root) + problems(index, root, hashes)
+        listed = fixset.digest_of(index)
+        found = static_problems(index, root, listed) + problems(index, root, hashes)
         refused, warned = recipe_findings(index, os.environ)
-        digest = None if found else fixset.vouched(fixset.digest_of(index), drifted)
+        digest = None if found else fixset.vouched(listed, drifted)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError, RecursionError) as exc:
         where = os.path.join(HERE, index_file.NAME)
         index, found, refused, warned, drifted, digest = {}, [f"{where} cannot be read ({exc})"], [], [], [], None

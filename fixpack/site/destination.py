@@ -14,7 +14,7 @@ The records it exchanges with the pipeline are frozen: built once, never filled 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Container, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -102,7 +102,7 @@ class Destination(Protocol):
         """Roll back or finish an interrupted commit; a note when there was one."""
         ...
 
-    def read(self, known: Container[str], cookbook: Path | str) -> Held:
+    def read(self) -> Held:
         """What it holds now."""
         ...
 

@@ -140,6 +140,17 @@ def write_output(path: Path, content: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def write_changed(path: Path, content: bytes) -> bool:
+    """``write_output``, only when ``path`` does not hold ``content`` already; whether it wrote."""
+    try:
+        if os.path.isfile(path) and not os.path.islink(path) and path.read_bytes() == content:
+            return False
+    except OSError:
+        pass
+    write_output(path, content)
+    return True
+
+
 def _kind(mode: int) -> str:
     if stat.S_ISLNK(mode):
         return "is a symbolic link (fixpack does not write through links: name the file itself)"

@@ -7,7 +7,7 @@ distribution of its own beside the others. Every write goes through one journall
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -66,10 +66,10 @@ class InPlace:
         """Set an interrupted transaction's journal aside, files as they are; where it went."""
         return transaction.discard(self.state_dir)
 
-    def read(self, known: Container[str], cookbook: Path | str) -> Held:
+    def read(self) -> Held:
         """The manifest, and the runtime check's files as it must find them (none where the
         manifest names a distribution that is not installed: it cannot hold then)."""
-        manifest = read_manifest(self.state_dir, known, cookbook)
+        manifest = read_manifest(self.state_dir)
         by_name = {d.name for d in self.dists}
         if any(r.dist not in by_name for r in manifest.files.values()):
             return Held(manifest, None, None)
@@ -184,7 +184,8 @@ def records_after(
         if record != current:
             writes.append(Write(d.dist_info / "RECORD", record))
         if keep != read_file(pristine_copy(state_dir, _kept_as(d))):
-            writes.append(Write(pristine_copy(state_dir, _kept_as(d)), keep, same_as=d.dist_info / "RECORD"))
+            # a copy, never a link to pip's file: it is believed as it is (fixpack.site.state), so it is fixpack's own
+            writes.append(Write(pristine_copy(state_dir, _kept_as(d)), keep))
     return writes, digests
 
 

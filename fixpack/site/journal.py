@@ -16,14 +16,17 @@ from pathlib import Path
 
 from ..core.fingerprint import sha256
 from ..errors import EnvironmentProblem
+from ..runtime.index import read_regular
 from .files import atomic_write, fsync_dir, remove
 from .layout import JOURNAL_INDEX
 
-__all__ = ["Entry", "FORMAT", "locate", "write", "parse", "read_backup", "clear"]
+__all__ = ["Entry", "FORMAT", "locate", "write", "read", "parse", "read_backup", "clear"]
 
 FORMAT = 2  # 1 named files by absolute path
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 _BACKUP = re.compile(r"^[0-9]+\.bak$")
+INDEX_LIMIT = 16 << 20  # a journal of the whole pack is a few kB
+BACKUP_LIMIT = 256 << 20  # the largest file a transaction could replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +74,18 @@ def clear(journal: Path) -> None:
     fsync_dir(journal.parent)
 
 
+def read(journal: Path, roots: dict[str, Path]) -> list[Entry]:
+    """The entries of the journal's index: OSError when it cannot be opened; ValueError when it is
+    not a regular file of at most INDEX_LIMIT bytes (never blocking on a FIFO) or as ``parse``."""
+    return parse(read_regular(str(journal / JOURNAL_INDEX), INDEX_LIMIT), roots)
+
+
 def parse(raw: bytes, roots: dict[str, Path]) -> list[Entry]:
     """The journal's entries; ValueError, saying what is wrong, for anything but fixpack's shape."""
-    data = json.loads(raw)
+    try:
+        data = json.loads(raw)
+    except (RecursionError, MemoryError):
+        raise ValueError("nested too deep or too large to read") from None
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
         raise ValueError("not a fixpack journal (no list of entries)")
     if data.get("format", 1) != FORMAT:  # format 1 (no "format" key) named files by absolute path
@@ -107,7 +119,7 @@ def read_backup(journal: Path, entry: Entry) -> bytes:
         mode = os.lstat(path).st_mode
         if not stat.S_ISREG(mode):
             raise ValueError(f"backup {path} is not a regular file")
-        data = path.read_bytes()
+        data = read_regular(str(path), BACKUP_LIMIT)
     except OSError as exc:
         raise ValueError(f"backup {path} cannot be read ({exc.strerror})") from None
     if sha256(data) != entry.old:

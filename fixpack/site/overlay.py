@@ -28,7 +28,7 @@ import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from ..core.bytecode import hash_based_pyc, pyc_path
@@ -208,12 +208,12 @@ class Overlay:
 
     # -- what the install commands ask of a destination (fixpack.site.destination) ----------------
 
-    def read(self, known: Container[str], cookbook: Path | str) -> Held:
+    def read(self) -> Held:
         """The manifest; each patched file's copy, as the index lists it and as it is now, and the
         installed file it shadows; the hook and the runtime check's code as they must be."""
         if not self.is_overlay():
             return Held(Manifest(), {}, {})
-        manifest = read_manifest(self.state_dir, known, cookbook)
+        manifest = read_manifest(self.state_dir)
         entries = plugin.read_entries(self._file(plugin.INDEX))
         shadows = {}
         for path, entry in entries.items():

@@ -46,7 +46,7 @@ from .files import (
 from .flock import locked
 from .journal import Entry, locate, read_backup
 from .journal import clear as clear_journal
-from .journal import parse as parse_journal
+from .journal import read as read_journal
 from .journal import write as write_journal
 from .layout import JOURNAL, JOURNAL_INDEX
 
@@ -267,7 +267,7 @@ def _recover(state_dir: Path, roots: dict[str, Path], counter: CrashCounter) -> 
         _finish(journal, state_dir)
         return True
     try:
-        entries = parse_journal(index.read_bytes(), roots)
+        entries = read_journal(journal, roots)
         # Everything is judged before the first write: a journal that cannot be trusted leaves the site as it is.
         plan: list[tuple[Path, bool, bytes | None]] = []  # path, to restore, its old bytes (None: remove)
         for entry in entries:

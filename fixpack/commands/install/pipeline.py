@@ -27,7 +27,7 @@ from ...site.distributions import Distribution, Environment
 from ...site.inplace import InPlace
 from ...site.manifest import Manifest
 from ...site.overlay import Overlay, activation
-from ...site.state import pristine_copy, read_file, read_manifest
+from ...site.state import pristine_copy, read_file, read_manifest, refuse_untrusted
 from .results import FixResult
 
 # (repository path, sha256 recorded, sha256 read now) per patched file: what fixpack.runtime.fixset judges
@@ -65,7 +65,8 @@ def refuse_overlay_over_in_place(env: Environment, catalog: Catalog) -> None:
     """An overlay is built over the installed release: refuse it over fixes applied in place."""
     if not env.state_dir.parent.is_dir():
         return
-    applied = read_manifest(env.state_dir, catalog.fixes, catalog.root)
+    refuse_untrusted(env.state_dir)
+    applied = read_manifest(env.state_dir)
     if not applied.empty:
         raise Refused(
             f"{env.state_dir.parent} has fixes applied in place ({', '.join(applied.fixes)}): an overlay is "
@@ -200,13 +201,25 @@ def refused_results(plan: Plan, refused: FixpackError) -> list[FixResult]:
     return out
 
 
-def open_state(destination: Destination, catalog: Catalog, notes: list[str]) -> Held:
+def open_state(destination: Destination, catalog: Catalog, notes: list[str], foreign_ok: bool = False) -> Held:
     """The first step under the lock: roll back an interrupted transaction (saying so), then read
-    what is applied."""
+    what is applied, both only from a state no other user could have written. A fix applied that
+    this cookbook does not have is refused (it could not be recognised or rebuilt without its
+    changes) unless ``foreign_ok`` (revert, which takes it back from the pristine copies)."""
+    refuse_untrusted(destination.state_dir)
     recovered = destination.recover()
     if recovered:
         notes.append(recovered)
-    return destination.read(catalog.fixes, catalog.root)
+    held = destination.read()
+    unknown = [f for f in held.manifest.fixes if f not in catalog.fixes]
+    if unknown and not foreign_ok:
+        raise Refused(
+            f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} applied {destination.where}, which this "
+            f"cookbook ({catalog.root}) does not have: fixpack revert takes back every fix (or run fixpack from "
+            "the cookbook that applied them), then apply",
+            fix_id=unknown[0],
+        )
+    return held
 
 
 def holds_plan(manifest: Manifest, plan: Plan, profile: Profile, recipe: tuple[str | None, tuple]) -> bool:

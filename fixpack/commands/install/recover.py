@@ -10,6 +10,7 @@ from pathlib import Path
 from ...cookbook.catalog import Catalog
 from ...site.distributions import Environment
 from ...site.inplace import InPlace
+from ...site.state import refuse_untrusted
 from .status import all_pins
 
 __all__ = ["recover"]
@@ -22,6 +23,7 @@ def recover(catalog: Catalog, site: Path | None, discard: bool = False) -> str:
         return "nothing is installed here: no interrupted transaction"
     destination = InPlace.of(env)
     with destination.locked():
+        refuse_untrusted(destination.state_dir)
         if discard:
             aside = destination.discard()
             if aside is None:

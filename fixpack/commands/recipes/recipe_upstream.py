@@ -25,6 +25,10 @@ def _load(path: Path) -> Any:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise UsageError(f"upstream recipe {path} cannot be read: {exc}".splitlines()[0], path=str(path)) from None
+    except (RecursionError, MemoryError):
+        raise UsageError(
+            f"upstream recipe {path} cannot be read: nested too deep or too large", path=str(path)
+        ) from None
 
 
 def _pairs(args: list[Any]) -> list[tuple[str, str | None]]:

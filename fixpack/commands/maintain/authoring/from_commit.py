@@ -21,6 +21,7 @@ from ....cookbook.fix_module import backport_skeleton, load_fix
 from ....core import patch, rebuild
 from ....errors import Refused, UsageError
 from ....models import Profile
+from ....site.files import write_output
 from ..history import Repo
 from . import lock
 from .record import Recorded, fingerprint_at_end, new_fix_dir
@@ -87,8 +88,8 @@ def record_commit(
     subject, body = repo.message(tip)
     fix_dir.mkdir(parents=True)
     text = backport_skeleton(fix_id, profile.release, subject or "TODO", _why(tip, base, body), tip)
-    (fix_dir / "fix.toml").write_text(text, encoding="utf-8")
-    (fix_dir / f"{profile.release}.patch").write_bytes("".join(patches.values()).encode(patch.ENC, patch.ERRORS))
+    write_output(fix_dir / "fix.toml", text.encode())
+    write_output(fix_dir / f"{profile.release}.patch", "".join(patches.values()).encode(patch.ENC, patch.ERRORS))
     fix = load_fix(fix_dir)
     lock.write(Catalog({**catalog.fixes, fix_id: fix}, catalog.profiles, catalog.root), profile, {fix_id: prints})
     files = [(c.path, *rebuild.line_counts(c)) for c in fix.changes[profile.release]]

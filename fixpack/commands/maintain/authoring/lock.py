@@ -12,7 +12,7 @@ from pathlib import Path
 from ....cookbook import tomlfile
 from ....cookbook.catalog import Catalog
 from ....cookbook.fix_module import load_fix, rendered_patch_name, transforms_file
-from ....cookbook.lockfile import write_lock
+from ....cookbook.lockfile import lock_path, lock_text
 from ....cookbook.profiles import load_profile
 from ....core import patch
 from ....core.fingerprint import of
@@ -20,6 +20,7 @@ from ....core.plan import applied_orders, chains, orders_of
 from ....core.rebuild import build, compile_error, failed
 from ....errors import Refused, UsageError
 from ....models import Change, Fingerprint, Profile
+from ....site.files import write_changed
 
 __all__ = ["read_source", "fingerprints", "write", "render_cst", "lockable", "lock"]
 
@@ -62,8 +63,12 @@ def _unlocked(change: Change) -> Change:
 
 def write(catalog: Catalog, profile: Profile, prints: dict[str, dict[str, Fingerprint]]) -> list[Path]:
     """Write ``<release>.lock.json`` beside each fix; returns the files that changed."""
-    written = (write_lock(Path(catalog.fixes[fid].source), profile.release, files) for fid, files in prints.items())
-    return [p for p in written if p is not None]
+    written = []
+    for fid, files in prints.items():
+        target = lock_path(Path(catalog.fixes[fid].source), profile.release)
+        if write_changed(target, lock_text(profile.release, files).encode()):
+            written.append(target)
+    return written
 
 
 def render_cst(root: Path, profile: Profile, sources: dict[str, Path]) -> list[Path]:
@@ -103,8 +108,7 @@ def render_cst(root: Path, profile: Profile, sources: dict[str, Path]) -> list[P
                     raise Refused(f"{fid}: {exc}", fix_id=fid) from None
                 target = dirs[fid] / rendered_patch_name(profile.release)
                 content = text.encode(patch.ENC, patch.ERRORS)
-                if not target.exists() or target.read_bytes() != content:
-                    target.write_bytes(content)
+                if write_changed(target, content):
                     changed.append(target)
             for change in load_fix(dirs[fid]).changes.get(profile.release, ()):
                 before.setdefault(change.path, []).append(change)

@@ -29,6 +29,7 @@ from ....core.plan import pack_chain
 from ....errors import Refused, UsageError
 from ....models import Change, FileEntry, FileState, Fingerprint, Profile
 from ....site.distributions import Distribution, Environment
+from ....site.files import write_output
 from ....site.inplace import InPlace
 from ....site.manifest import Manifest
 from ....site.state import pristine_copy
@@ -255,8 +256,8 @@ def record(
     prints = {e.path: fingerprint_at_end(catalog, profile, e.path, e.pristine, patches[e.path]) for e in edits}
     on_top_of, requires = list(dict.fromkeys(on_top_of)), list(dict.fromkeys(requires))
     fix_dir.mkdir(parents=True)
-    (fix_dir / "fix.toml").write_text(skeleton(fix_id, profile.release, on_top_of, requires), encoding="utf-8")
-    (fix_dir / f"{profile.release}.patch").write_bytes("".join(patches.values()).encode(patch.ENC, patch.ERRORS))
+    write_output(fix_dir / "fix.toml", skeleton(fix_id, profile.release, on_top_of, requires).encode())
+    write_output(fix_dir / f"{profile.release}.patch", "".join(patches.values()).encode(patch.ENC, patch.ERRORS))
     fix = load_fix(fix_dir)
     lock.write(Catalog({**catalog.fixes, fix_id: fix}, catalog.profiles, catalog.root), profile, {fix_id: prints})
     files = [(c.path, *rebuild.line_counts(c)) for c in fix.changes[profile.release]]

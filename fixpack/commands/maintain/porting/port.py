@@ -40,6 +40,7 @@ from ....core.plan import orders_of
 from ....errors import UsageError
 from ....models import Change, Fingerprint, Fix, Profile, ProofOutcome
 from ....site.commits import from_version_py
+from ....site.files import write_output
 from ....transforms import load_transforms  # the authors' API; libcst itself loads only when an edit runs
 from .. import history
 from ..authoring import lock
@@ -307,15 +308,17 @@ def _write(
                 name = rendered_patch_name(release) if r.path in cst_paths else f"{release}.patch"
                 parts[fix_dir / name] = parts.get(fix_dir / name, "") + r.patch
         for patch_file, text in parts.items():
-            patch_file.write_bytes(text.encode(patch.ENC, patch.ERRORS))
+            write_output(patch_file, text.encode(patch.ENC, patch.ERRORS))
             result.written.append(patch_file)
         names = sorted(p.name for p in parts)
         if release in fix.changes:
             result.notes.append(f"{fix.id}: fix.toml already has release {release}; only {', '.join(names)} rewritten")
         else:
-            with open(fix_dir / "fix.toml", "a", encoding="utf-8") as fh:
-                rendered = cst_file if rendered_patch_name(release) in names else None
-                fh.write(release_table(release, rendered, f"{release}.patch" in names))
+            rendered = cst_file if rendered_patch_name(release) in names else None
+            toml = fix_dir / "fix.toml"
+            write_output(
+                toml, toml.read_bytes() + release_table(release, rendered, f"{release}.patch" in names).encode()
+            )
             result.written.append(fix_dir / "fix.toml")
         if any(r.outcome == "upstream" for r in mine):
             result.notes.append(f"{fix.id}: some of its files are upstream already; {', '.join(names)} leave them out")
@@ -331,7 +334,7 @@ def _write(
     heads = {dist: history.tree_head(tree) for dist, tree in sources.items()}
     commits = {pin.dist: heads.get(pin.dist) or "TODO" for pin in profile.pins}
     text = draft_profile(profile, release, result.from_release, kept, left_out, commits)
-    target.write_text(text, encoding="utf-8")
+    write_output(target, text.encode())
     result.written.append(target)
 
 
@@ -339,7 +342,7 @@ def _write_conflicts(fix_dir: Path, conflicts: list[ChangeReport], result: PortR
     """Each merge left with conflict markers, next to the fix, and the command that records its resolution."""
     for r in conflicts:
         target = fix_dir / f"{result.to_release}.{Path(r.path).name}.conflict"
-        target.write_bytes(r.merge or b"")
+        write_output(target, r.merge or b"")
         result.written.append(target)
         result.notes.append(
             f"{r.fix}: {r.path}: resolve the conflicts in {target}, then record it: fixpack port {r.fix} "

@@ -76,6 +76,8 @@ def hooks(tree: Path) -> tuple[list[Hook], str]:
         data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise UsageError(f"{config}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    except (RecursionError, MemoryError):
+        raise UsageError(f"{config}: nested too deep or too large to read") from None
     found = []
     for repo in data.get("repos") or []:
         url = str(repo.get("repo", ""))
