@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 from builders import BATCH, GAUDI_COMMIT, RUNNER, SAMPLER, make_site
+from cookbooks import three_fixes
 
 from fixpack.cli.environment import TESTS_ONLY, VARIABLES
 from fixpack.cli.site_commands import APPLY_ENVIRONMENT
@@ -253,8 +254,35 @@ def test_manifest_naming_a_fix_the_cookbook_lacks_is_refused(cli, cookbook, site
     shutil.rmtree(cookbook.root / "fixes" / "runner-fix")
     before = site.snapshot()
     r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
-    assert r.exit_code == 1 and "runner-fix applied, which this cookbook" in r.stderr
+    assert r.exit_code == 1 and "runner-fix is applied in this environment, which this cookbook" in r.stderr
+    assert "fixpack revert takes back every fix" in r.stderr
     assert site.snapshot() == before
+    # the way it names: revert takes it back from the pristine copies, without its changes
+    r = cli("revert", "--site", str(site.path))
+    assert r.exit_code == 0, r.output
+    assert site.read("vllm_gaudi/runner.py") == RUNNER.encode() and site.read("vllm/sampler.py") == SAMPLER.encode()
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
+
+
+def test_a_fix_taken_out_of_the_pack_after_it_was_applied_is_one_line_with_a_way_back(cli, cookbook, site):
+    """Issue 57: a KeyError in the plan before; now apply names the revert, and revert takes it back
+    (alone or with the rest), refusing to keep it applied while another fix goes."""
+    three_fixes(cookbook)
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
+    cookbook.profile(["one", "two"])
+    cookbook.lock()
+    before = site.snapshot()
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 1, r.output
+    assert "three is applied in this environment, and profile v0.26.0's pack no longer has it: " in r.stderr
+    assert "fixpack revert three takes it back, then apply" in r.stderr
+    r = cli("revert", "two", "--site", str(site.path))
+    assert r.exit_code == 1 and "three, which would stay applied, is not in profile v0.26.0's pack" in r.stderr
+    assert site.snapshot() == before
+    r = cli("revert", "three", "--site", str(site.path))
+    assert r.exit_code == 0, r.output
+    assert site.read("vllm_gaudi/batch.py") == BATCH.encode() and not site.file("vllm_gaudi/new_module.py").exists()
+    assert cli("apply", "--profile", "v0.26.0", "--site", str(site.path)).exit_code == 0
 
 
 def test_partial_when_one_file_of_a_fix_is_put_back_by_hand(cli, cookbook, site):

@@ -5,6 +5,7 @@ why, without FIXPACK_SRC_VLLM_GAUDI and FIXPACK_SRC_VLLM."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,52 @@ def test_an_overlay_s_digest_pins_the_in_place_apply(real_site: Path, tmp_path: 
         monkeypatch.delenv("FIXPACK_EXPECT_FIX_SET")
         assert run_python("-m", "fixpack", "revert", "--site", str(real_site)).returncode == 0
     assert tree_hashes(real_site) == pristine
+
+
+# Each documented line that shows the pack's fix set, and its fix count (issue 57: the docs'
+# examples are a real run's). Other digests are shown only in docs/operators/fix-set.md's refusal,
+# which an engine test's small cookbook printed (test_identity.py), in readme-map.md's row for the
+# README's old example that was never the pack's, and in multi-node.md's disagreement (below).
+DOCUMENTED = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").rglob("*.md")),
+    REPO / "fixpack" / "runtime" / "check.py",
+]
+SHOWN = re.compile(
+    r"(?:fix set |--expect-fix-set |FIXPACK_EXPECT_FIX_SET=|\"fixpack:fix-set\", \"value\": \"|\"digest\": \"|`)"
+    r"([0-9a-f]{16})\b(?:\W{1,3}\(?(\d+) fixes)?"
+)
+NOT_THE_PACK = {"fb3bc5a91aea4f55", "880a95dd671ab33c", "3f2a9c0d51e7b4c1"}
+
+
+def test_the_docs_show_the_real_digest_of_the_pack(real_site: Path, tmp_path: Path):
+    """v0.26.0 with its opt-ins, as the README's command applies it: every digest the docs show for
+    it is the one a real apply gives, with its count of fixes; multi-node.md's disagreement is the
+    line the agreement prints for that set against the set without gdn-prefix-cache."""
+    opt_ins = opt_ins_of()
+    sets = {}
+    for name, chosen in (("all", opt_ins), ("without gdn", [o for o in opt_ins if o != "gdn-prefix-cache"])):
+        overlay = tmp_path / name.replace(" ", "-")
+        where = ("--site", str(real_site), "--overlay", str(overlay))
+        built = run_python(APPLY_ALL, "--profile", PROFILE, *chosen, *where)
+        assert built.returncode == 0, built.stderr
+        sets[name] = _fix_set(real_site, "--overlay", str(overlay))
+    pack = sets["all"]
+    shown = [
+        (path.relative_to(REPO), m.group(1), m.group(2))
+        for path in DOCUMENTED
+        for m in SHOWN.finditer(path.read_text(encoding="utf-8"))
+        if m.group(1) not in {*NOT_THE_PACK, sets["without gdn"]["digest"]}
+    ]
+    assert len(shown) >= 10
+    wrong = [(p, d, n) for p, d, n in shown if d != pack["digest"] or n not in (None, str(len(pack["fixes"])))]
+    assert not wrong, f"the pack's fix set is {pack['digest']} ({len(pack['fixes'])} fixes)"
+
+    from fixpack.runtime.agree import disagreement
+
+    records = [
+        {"rank": r, "host": host, "profile": PROFILE, "digest": s["digest"], "fixes": s["fixes"], "drifted": []}
+        for r, host, s in [*((r, "node-a", pack) for r in range(3)), (3, "node-b", sets["without gdn"])]
+    ]
+    line = disagreement(records, [], 4, 120)
+    assert line is not None and line in (REPO / "docs" / "operators" / "multi-node.md").read_text(), line

@@ -154,7 +154,8 @@ def with_dependents(fixes: Mapping[str, Fix], removing: set[str], applied: tuple
         for fid in applied:
             if fid in out:
                 continue
-            needs = [r for r in fixes[fid].requires if r in out]
+            fix = fixes.get(fid)  # None: applied by another cookbook, so nothing here requires it
+            needs = [r for r in fix.requires if r in out] if fix is not None else []
             if needs:
                 out[fid] = needs[0]
                 changed = True

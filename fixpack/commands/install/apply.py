@@ -98,6 +98,15 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
                 f"profile {manifest.profile} (release {manifest.release}, {len(manifest.fixes)} fixes) is applied "
                 f"{target.where}: revert it first (fixpack revert), then apply profile {profile.name}"
             )
+        dropped = [f for f in manifest.fixes if f not in profile.pack]
+        if dropped:
+            it = "it" if len(dropped) == 1 else "them"
+            raise Refused(
+                f"{', '.join(dropped)} {'is' if it == 'it' else 'are'} applied {target.where}, and profile "
+                f"{profile.name}'s pack no longer has {it}: fixpack revert {' '.join(dropped)} takes {it} back, "
+                "then apply",
+                fix_id=dropped[0],
+            )
         plan = resolve(catalog.fixes, profile, request.opt_ins, keep=manifest.fixes)
         result.notes += pulled_in_notes(plan)
         gate = request.gate

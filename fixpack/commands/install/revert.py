@@ -41,7 +41,7 @@ def revert(
         return result
     target = destination(env, overlay)
     with target.locked():
-        held = open_state(target, catalog, result.notes)
+        held = open_state(target, catalog, result.notes, foreign_ok=True)
         manifest = held.manifest
         if manifest.empty:
             result.notes.append(f"nothing is applied {target.where}")
@@ -55,8 +55,9 @@ def revert(
                 )
         removing = with_dependents(catalog.fixes, set(names or manifest.fixes), manifest.fixes)
         keep = tuple(f for f in manifest.fixes if f not in removing)
+        refuse_keeping_foreign(catalog, profile, keep)
         recorded = recognised_against(held)
-        plan = resolve(catalog.fixes, profile, (), keep=manifest.fixes)
+        plan = resolve(catalog.fixes, profile, (), keep=tuple(f for f in manifest.fixes if f in profile.pack))
         # The files to rebuild: every file the fixes patched where they patch in place (each goes
         # back to its release bytes or to what the kept fixes make of it); in an overlay, only the
         # files a kept fix changes (the rest of the overlay goes, whatever the image holds now).
@@ -101,4 +102,18 @@ def refuse_keeping(
             f"{', '.join(gone)} is no longer installed, and {', '.join(stranded)}, which would stay applied, "
             f"patched it: revert {'them' if len(stranded) > 1 else 'it'} too, or every fix (fixpack revert)",
             fix_id=stranded[0],
+        )
+
+
+def refuse_keeping_foreign(catalog: Catalog, profile: Profile, keep: tuple[str, ...]) -> None:
+    """Refuse to keep a fix applied that the profile's pack no longer has: the files it shares with
+    the rest could not be rebuilt without it, nor with it. Reverted too, it goes back with the rest."""
+    foreign = [f for f in keep if f not in profile.pack]
+    if foreign:
+        where = "this cookbook" if any(f not in catalog.fixes for f in foreign) else f"profile {profile.name}'s pack"
+        it = "it" if len(foreign) == 1 else "them"
+        raise Refused(
+            f"{', '.join(foreign)}, which would stay applied, {'is' if it == 'it' else 'are'} not in {where}: revert "
+            f"{it} too (fixpack revert {' '.join(foreign)}), or every fix (fixpack revert)",
+            fix_id=foreign[0],
         )
