@@ -13,8 +13,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
 def main() -> None:
-    argv = sys.argv[1:]
     sys.path.insert(0, ROOT)
+    try:
+        start(sys.argv[1:])
+    except KeyboardInterrupt:  # Ctrl-C before the command's own handling (imports, the warm path)
+        from fixpack.errors import INTERRUPTED, INTERRUPTED_LINE
+
+        print(INTERRUPTED_LINE, file=sys.stderr)
+        sys.exit(INTERRUPTED)
+
+
+def start(argv: list[str]) -> None:
     from fixpack.site.warm import try_warm  # standard library only
 
     # A --recipe apply records no stamp (its rules read variables no key holds), so none answers it.

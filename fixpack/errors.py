@@ -3,9 +3,25 @@ the path it is about, so that callers never parse a message."""
 
 from __future__ import annotations
 
-__all__ = ["DONE", "REFUSED", "USAGE", "ENVIRONMENT", "FixpackError", "Refused", "UsageError", "EnvironmentProblem"]
+__all__ = [
+    "DONE",
+    "REFUSED",
+    "USAGE",
+    "ENVIRONMENT",
+    "INTERRUPTED",
+    "INTERRUPTED_LINE",
+    "FixpackError",
+    "Refused",
+    "UsageError",
+    "EnvironmentProblem",
+]
 
 DONE, REFUSED, USAGE, ENVIRONMENT = 0, 1, 2, 3
+INTERRUPTED = 130  # Ctrl-C, as a shell reports a process that SIGINT ended
+INTERRUPTED_LINE = (
+    "fixpack: error: interrupted (Ctrl-C); a transaction under way was rolled back, and the next fixpack "
+    "command finishes any rollback left: fixpack status shows what is applied"
+)
 
 
 class FixpackError(Exception):
@@ -21,6 +37,7 @@ class FixpackError(Exception):
         path: str | None = None,
         details: str = "",
         line: int | None = None,
+        way_out: str = "",
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -28,6 +45,7 @@ class FixpackError(Exception):
         self.path = path  # the file (repository path, or a path on disk) it is about
         self.line = line  # the line of ``path`` it is about (1-based), when known
         self.details = details  # extra text (a diff, a list), printed after the line
+        self.way_out = way_out  # what to do next, where the message itself does not say
 
     def __str__(self) -> str:
         return self.message

@@ -332,6 +332,14 @@ def test_drift_after_apply_shows_the_hand_edit(cli, cookbook, site):
     assert r.exit_code == 1 and "changed after fixpack applied runner-fix" in r.stderr
     assert "-    return 7\n+    return 77" in r.stderr
     assert site.read("vllm_gaudi/runner.py") == edited
+    # the way out, on apply and on revert alike (issue 57): undo, reinstall, or keep it as a fix
+    for args in (("apply", "--profile", "v0.26.0"), ("revert",)):
+        (line,) = [ln for ln in cli(*args, "--site", str(site.path)).stderr.splitlines() if "error" in ln]
+        assert "nothing was changed. To go on: undo the edit shown below, or reinstall vllm-gaudi" in line
+        assert "pip install --force-reinstall --no-deps vllm-gaudi==0.26.0" in line
+        assert "fixpack record: docs/fix-authors/hand-edit.md" in line
+    site.file("vllm_gaudi/runner.py").write_bytes(edited.replace(b"return 77\n", b"return 7\n"))  # undone
+    assert cli("revert", "--site", str(site.path)).exit_code == 0
 
 
 def test_the_help_renders_the_one_table_of_environment_variables(cli):
@@ -365,3 +373,13 @@ def test_what_apply_writes_is_readable_by_other_users_whatever_the_umask(cli, co
     assert len(written) > 10
     modes = {p: stat.S_IMODE(p.stat().st_mode) for p in written}
     assert {p: m for p, m in modes.items() if m != (0o755 if p.is_dir() else 0o644)} == {}
+
+
+def test_a_default_fix_named_as_an_opt_in_is_said_to_change_nothing(cli, cookbook, site):
+    """Issue 57: accepted silently before."""
+    three_fixes(cookbook)
+    r = cli("apply", "--profile", "v0.26.0", "two", "--site", str(site.path))
+    assert r.exit_code == 0, r.output
+    assert "two is one of profile v0.26.0's default fixes, applied whether named or not: name only its opt-ins" in (
+        r.stderr
+    )

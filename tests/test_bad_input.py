@@ -86,6 +86,14 @@ def _no_torch(cookbook, site, monkeypatch):
     return ["verify", *(f"--source={d}={p}" for d, p in cookbook.sources.items())]
 
 
+def _site_a_file(cookbook, site, monkeypatch):
+    return ["status", "--site", str(site.path / "vllm_gaudi" / "runner.py")]
+
+
+def _unknown_option(cookbook, site, monkeypatch):
+    return ["apply", "--profile", "v0.26.0", "--site", str(site.path), "--dry-runn"]
+
+
 CASES = {
     "METADATA empty": (_metadata(b""), 3, "has no Name or Version"),
     "METADATA not UTF-8": (_metadata(b"Name: vllm-gaudi\nVersion: 0.26.0\nSummary: \xff\xfe\n"), 3, "unreadable"),
@@ -97,6 +105,9 @@ CASES = {
     "two dist-infos for one distribution": (_two_dist_infos, 3, "2 installs of vllm-gaudi"),
     "nothing installed": (_nothing_installed, 3, "neither of vllm, vllm-gaudi is installed"),
     "verify without torch": (_no_torch, 3, "-m pip install 'torch==2.13.0'"),
+    # click's own errors, one line as fixpack's (issue 57): what, and where the help is
+    "--site naming a file": (_site_a_file, 2, "Invalid value for '--site': Directory"),
+    "an unknown option": (_unknown_option, 2, "No such option '--dry-runn'. Did you mean '--dry-run'?"),
 }
 
 

@@ -126,7 +126,7 @@ def _leftovers(folder: Path) -> list[str]:
         ("site is a file", 2, "is not a folder"),
         ("not a repo", 2, "is not a git repository"),
         ("subfolder of a repo", 2, "is not a git repository"),
-        ("no such path", 2, "no such folder, and not a git URL"),
+        ("no such path", 2, "no such folder or git bundle, and not a git URL"),
         ("missing ref", 2, "has no commit v9.9.9"),
         ("unreachable URL", 3, "cannot be reached"),
         ("wheel of another version", 2, "the profile pins vllm 0.26.0"),
@@ -166,7 +166,8 @@ def test_build_site_checks_inputs_before_any_download(
     r = CliRunner().invoke(main, ["build-site", str(site), *[x for kv in args.items() for x in kv], *ref])
     assert r.exit_code == code, r.output
     assert says in r.stderr
-    assert r.stderr.startswith("fixpack: error: ") and "Traceback" not in r.output
+    errors = [line for line in r.stderr.splitlines() if not line.startswith("fixpack: checking ")]
+    assert errors[0].startswith("fixpack: error: ") and "Traceback" not in r.output
     assert no_steps == []  # nothing cloned, downloaded or installed
     assert not list((tmp_path / "out").glob(".site.fixpack-build-*"))
     if case != "site is a file":
@@ -189,10 +190,14 @@ def test_build_site_ends_with_a_next_command_that_names_this_cookbook(tmp_path: 
     site = tmp_path / "site"
     r = CliRunner().invoke(main, _args(site, repo, wheel))
     assert r.exit_code == 0, r.output
-    lines = r.stdout.splitlines()
-    assert any("installing vllm-0.26.0-py3-none-any.whl (0 MB)" in line for line in lines)
-    nxt = lines[-1].split()
-    assert nxt[0] == "next:" and nxt[-4:] == ["--profile", "v0.26.0", "--site", str(site)]
+    assert any("installing vllm-0.26.0-py3-none-any.whl (0 MB)" in line for line in r.stderr.splitlines())
+    (nxt,) = [
+        line.split() for line in r.stdout.splitlines()
+    ]  # the steps are on stderr, the next command alone on stdout
+    # this test's vllm-gaudi is a commit of its own, not the one the repository's profile pins: the
+    # apply would refuse it as the image not matching, and the next command says so
+    assert "the image does not match profile v0.26.0: vllm-gaudi is version 0.26.0, commit" in r.stderr
+    assert nxt[0] == "next:" and nxt[-5:] == ["--profile", "v0.26.0", "--site", str(site), "--allow-unpinned"]
     script = Path(nxt[2])
     assert script.name == "apply_all.py" and (script if script.is_absolute() else Path.cwd() / script).is_file()
     assert not list(tmp_path.glob(".site.fixpack-build-*"))
@@ -236,7 +241,7 @@ def test_a_failed_build_leaves_nothing_says_why_and_a_retry_works(tmp_path: Path
 
     r = CliRunner().invoke(main, [*base, "--ref", "v0.26.0-broken"])
     assert r.exit_code == 3, r.output
-    assert r.stderr.startswith("fixpack: error: building and installing vllm-gaudi failed")
+    assert "\nfixpack: error: building and installing vllm-gaudi failed" in r.stderr
     # pip's own lines and the build's: why, not the last lines of the dump
     assert "configuration error: `project.license` must be valid exactly by one definition" in r.stderr
     assert "ValueError: invalid pyproject.toml config: `project.license`." in r.stderr
@@ -338,8 +343,8 @@ def test_build_site_installs_the_declared_build_requirements_privately(tmp_path:
     site = tmp_path / "site"
     r = CliRunner().invoke(main, _args(site, repo, wheel))
     assert r.exit_code == 0, r.output
-    assert f"{PROBE}>=1 (not installed here)" in r.stdout
-    assert "into a private folder" in r.stdout and "not into this environment" in r.stdout
+    assert f"{PROBE}>=1 (not installed here)" in r.stderr
+    assert "into a private folder" in r.stderr and "not into this environment" in r.stderr
     assert list(site.glob("vllm_gaudi-0.26.0*.*-info"))
     assert not list(site.glob(f"{PROBE}*"))  # a build requirement, not part of the site
     assert importlib.util.find_spec(PROBE) is None  # nor installed into this environment
@@ -353,7 +358,7 @@ def test_a_build_requirement_pip_cannot_get_fails_with_pips_reason(tmp_path: Pat
     site = tmp_path / "site"
     r = CliRunner().invoke(main, _args(site, repo, wheel))
     assert r.exit_code == 3, r.output
-    assert r.stderr.startswith("fixpack: error: installing vllm-gaudi's build requirements failed")
+    assert "\nfixpack: error: installing vllm-gaudi's build requirements failed" in r.stderr
     assert f"ERROR: Could not find a version that satisfies the requirement {PROBE}>=1" in r.stderr
     assert _leftovers(tmp_path) == []
 
@@ -400,9 +405,51 @@ def test_build_site_downloads_the_pinned_wheel_after_building_vllm_gaudi(tmp_pat
     site = tmp_path / "site"
     r = CliRunner().invoke(main, ["build-site", str(site), "--vllm-gaudi", str(repo), "--ref", "v0.26.0"])
     assert r.exit_code == 0, r.output
-    out = r.stdout
+    out = r.stderr
     assert "downloading vllm==0.26.0 from the package index (a ~300 MB wheel" in out
     assert "downloaded vllm-0.26.0-py3-none-any.whl (0 MB)" in out
     assert out.index("installed vllm-gaudi") < out.index("downloading vllm==0.26.0")  # the cheap part first
     assert (site / "vllm/sampler.py").read_text() == SAMPLER
     assert _leftovers(tmp_path) == ["site"]
+
+
+def test_build_site_says_the_version_it_built_and_a_next_command_that_applies(
+    tmp_path: Path, cookbook, monkeypatch: pytest.MonkeyPatch
+):
+    """Issue 57: another --ref built another version, but the steps said the pinned one. Each step
+    says what the ref gave; a build at the pinned commit ends with a plain apply (the cookbook here
+    pins this repository's own commit)."""
+    wheel = _wheel(tmp_path)
+    repo, head = _gaudi_repo(tmp_path)
+    (repo / "vllm_gaudi" / "later.py").write_text("")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "later")
+    _git(repo, "tag", "v0.27.0rc0")
+    cookbook.fix("sampler-fix", {"vllm/sampler.py": (SAMPLER, SAMPLER.replace("return x", "return x * 2"))})
+    cookbook.profile(["sampler-fix"], commits={"vllm-gaudi": [head], "vllm": ["ffd46bfab"]})
+    cookbook.lock()
+    later = CliRunner().invoke(main, [*_args(tmp_path / "later", repo, wheel)[:-1], "v0.27.0rc0"])
+    assert later.exit_code == 0, later.output
+    assert "installed vllm-gaudi 0.27.0rc0 in " in later.stderr and "vllm-gaudi 0.26.0" not in later.stderr
+    assert "the image does not match profile v0.26.0: vllm-gaudi is version 0.27.0rc0" in later.stderr
+    assert later.stdout.rstrip().endswith("--allow-unpinned")
+    pinned = CliRunner().invoke(main, _args(tmp_path / "pinned", repo, wheel))
+    assert pinned.exit_code == 0, pinned.output
+    assert "installed vllm-gaudi 0.26.0 in " in pinned.stderr and "does not match" not in pinned.stderr
+    nxt = pinned.stdout.split()
+    assert nxt[-4:] == ["--profile", "v0.26.0", "--site", str(tmp_path / "pinned")]
+    applied = CliRunner().invoke(main, ["apply", "--profile", "v0.26.0", "--site", str(tmp_path / "pinned")])
+    assert applied.exit_code == 0, applied.output
+
+
+def test_build_site_takes_a_git_bundle_as_vllm_gaudi_git_does(tmp_path: Path):
+    """Issue 57: --vllm-gaudi refused the bundle the tests' VLLM_GAUDI_GIT takes."""
+    wheel = _wheel(tmp_path)
+    repo, head = _gaudi_repo(tmp_path)
+    bundle = tmp_path / "vllm-gaudi.bundle"
+    _git(repo, "bundle", "create", str(bundle), "--all")
+    site = tmp_path / "site"
+    r = CliRunner().invoke(main, _args(site, bundle, wheel))
+    assert r.exit_code == 0, r.output
+    assert f"vllm-gaudi: {bundle} has v0.26.0" in r.stderr
+    assert list(site.glob("vllm_gaudi-0.26.0*.*-info"))

@@ -374,3 +374,45 @@ def test_the_site_builds_without_a_warning_and_shows_every_command_s_help(built)
     from fixpack.cli.environment import TESTS_ONLY, VARIABLES
 
     assert all(name in environment for name in [*VARIABLES, *TESTS_ONLY])
+
+
+# The docs' runs of commands that read the cookbook alone (no site): each shown as `$ fixpack ...`
+# in a text block, then its output, "..." standing for lines left out (issue 57: examples are real runs).
+READS_THE_COOKBOOK = ("profiles", "recipe list", "show ", "list")
+
+
+def _shown_runs() -> list[tuple[Path, list[str], list[str]]]:
+    runs = []
+    for page in pages():
+        for block in re.findall(r"```text\n(.*?)```", source(page), re.S):
+            first, *shown = block.rstrip("\n").split("\n")
+            args = first[len("$ fixpack ") :].split()
+            help_page = "--help" in args  # the command reference's, checked against its generator above
+            if first.startswith("$ fixpack ") and " ".join(args).startswith(READS_THE_COOKBOOK) and not help_page:
+                runs.append((page, args, shown))
+    return runs
+
+
+def _holds(shown: list[str], printed: list[str]) -> bool:
+    """``shown`` is ``printed``, each "..." standing for any lines (none included)."""
+    if not shown:
+        return not printed
+    if shown[0] == "...":
+        return any(_holds(shown[1:], printed[i:]) for i in range(len(printed) + 1))
+    return bool(printed) and printed[0] == shown[0] and _holds(shown[1:], printed[1:])
+
+
+def test_the_docs_runs_of_cookbook_commands_are_what_they_print(monkeypatch: pytest.MonkeyPatch):
+    from click.testing import CliRunner
+
+    from fixpack.cli import main
+
+    monkeypatch.delenv("FIXPACK_COOKBOOK", raising=False)
+    monkeypatch.delenv("FIXPACK_SITE", raising=False)
+    runs = _shown_runs()
+    assert {" ".join(args[:1]) for _, args, _ in runs} >= {"profiles", "recipe", "show"}
+    for page, args, shown in runs:
+        printed = CliRunner().invoke(main, args, prog_name="fixpack").stdout.rstrip("\n").split("\n")
+        assert _holds(shown, printed), f"{page.relative_to(REPO)}: fixpack {' '.join(args)} prints:\n" + "\n".join(
+            printed
+        )

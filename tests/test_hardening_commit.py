@@ -53,6 +53,7 @@ def test_dry_run_on_a_site_the_user_cannot_write_is_exit_3(shared, monkeypatch):
     assert "is not writable by uid 65534" in one_line_error(out) and "would-apply" not in out
     code, out = as_nobody(book, *APPLY, "--site", str(site.path))
     assert code == 3, out
+    assert "or apply with --overlay DIR, which leaves the installation as it is" in one_line_error(out)  # issue 57
     assert site.snapshot() == before
 
 

@@ -281,3 +281,22 @@ def test_a_dry_run_writes_nothing_and_a_new_folder_is_made(cookbook, site, tmp_p
     assert {f["action"] for f in json.loads(r.stdout)["fixes"]} == {"would-apply"}
     assert not (tmp_path / "not").exists()
     assert apply_overlay(cookbook, site, overlay).returncode == 0 and (overlay / "sitecustomize.py").is_file()
+
+
+def test_status_and_revert_say_what_became_of_the_overlay(cli, cookbook, site, tmp_path):
+    """Issue 57: status of an overlay whose copy drifted said how to use it; revert of every fix
+    ended "no overlay at DIR"."""
+    three_fixes(cookbook)
+    overlay = tmp_path / "ov"
+    where = ("--site", str(site.path), "--overlay", str(overlay))
+    assert cli("apply", "--profile", "v0.26.0", *where).exit_code == 0
+    copy = overlay / ".fixpack" / "modules" / "vllm" / "sampler.py"
+    copy.write_bytes(copy.read_bytes() + b"# edited\n")
+    r = cli("status", *where)
+    assert r.exit_code == 0 and "to use it" not in r.stderr
+    assert f"the overlay {overlay} would not run its fixes (1 file drifted): build it again" in r.stderr
+    copy.write_bytes(copy.read_bytes().replace(b"# edited\n", b""))
+    assert "to use it: export PYTHONPATH=" in cli("status", *where).stderr
+    r = cli("revert", *where)
+    assert r.exit_code == 0 and f"removed the overlay {overlay}" in r.stderr and not overlay.exists()
+    assert f"no overlay at {overlay}" in cli("status", *where).stderr

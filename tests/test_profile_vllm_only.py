@@ -304,3 +304,19 @@ def test_reverting_only_the_fixes_of_a_removed_distribution_keeps_the_rest(cli, 
     assert {f["id"]: f["state"] for f in json.loads(status.stdout)["fixes"]} == {"sampler-fix": "applied"}
     assert "no longer installed" not in status.stderr
     assert not list((site.path / ".fixpack").rglob("runner.py"))
+
+
+def test_the_wrong_profile_or_none_names_the_profile_that_fits(cli, cookbook, tmp_path):
+    """Issue 57: the Gaudi profile on a vLLM-only site said only that vllm-gaudi is not installed;
+    apply without --profile did not say which profiles there are."""
+    two_profiles(cookbook)
+    site = vllm_site(tmp_path)
+    r = cli("apply", "--profile", "v0.26.0", "--site", str(site.path))
+    assert r.exit_code == 3
+    assert "distribution vllm-gaudi is not installed" in r.stderr
+    assert r.stderr.rstrip().endswith("profile vllm-0.26.0 pins what is installed here: --profile vllm-0.26.0")
+    r = cli("apply", "--site", str(site.path))
+    assert r.exit_code == 2
+    assert "profiles: v0.26.0 (vllm and vllm-gaudi), vllm-0.26.0 (vllm); vllm-0.26.0 fits what is installed here" in (
+        r.stderr
+    )

@@ -10,6 +10,7 @@ __all__ = ["main", "run_apply_all"]
 
 def run_apply_all(argv: list[str]) -> None:
     """``fixes/apply_all.py ARGS``: the same as ``fixpack apply ARGS``."""
+    from .group import one_line
     from .site_commands import apply
 
-    apply.main(args=argv, prog_name="apply_all.py")
+    one_line(apply.main, args=argv, prog_name="apply_all.py")

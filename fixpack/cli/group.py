@@ -4,13 +4,17 @@ imports) loads only when that command runs."""
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import click
 
 from .. import __version__
+from ..errors import INTERRUPTED, INTERRUPTED_LINE
 from .environment import help_block
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "main", "one_line"]
 
 # name -> "module:function": a command's module is imported only when that command runs.
 COMMANDS = {
@@ -33,7 +37,30 @@ COMMANDS = {
 }
 
 
+def one_line(run: Callable[..., Any], *args: Any, **kwargs: Any) -> NoReturn:
+    """Run a click entry point (``Command.main``) so that its own errors are one line, as fixpack's
+    are: a bad option or value exits 2 saying what and where its help is, Ctrl-C while click parses
+    exits 130; never click's usage block or a bare "Aborted!"."""
+    try:
+        code = run(*args, standalone_mode=False, **kwargs)
+    except click.exceptions.Abort:
+        print(INTERRUPTED_LINE, file=sys.stderr)
+        sys.exit(INTERRUPTED)
+    except click.exceptions.ClickException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a group run bare (click 8.2 on): its help, as click shows it
+            exc.show()
+            sys.exit(exc.exit_code)
+        ctx = getattr(exc, "ctx", None)
+        helped = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        print(f"fixpack: error: {' '.join(exc.format_message().split())}{helped}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
 class LazyGroup(click.Group):
+    def main(self, *args: Any, **kwargs: Any) -> NoReturn:
+        one_line(super().main, *args, **kwargs)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 

@@ -48,7 +48,8 @@ class _PerFix(click.ParamType):
 
 
 PER_FIX = _PerFix()
-PROFILE_HELP = "The release profile (default: the cookbook's only profile)."
+# default_profile's rule: the only usable profile, else the one that pins exactly the distributions given
+PROFILE_HELP = "(default: the profile that pins exactly the distributions of the --source trees)"
 
 
 @click.command()
@@ -187,7 +188,7 @@ def _coverage_can_run() -> None:
 
 
 @click.command()
-@click.option("--profile", "profile", metavar="NAME", help=PROFILE_HELP)
+@click.option("--profile", "profile", metavar="NAME", help="The profile whose fixes to lock " + PROFILE_HELP + ".")
 @SOURCE
 @guard(_ok_error)
 def lock(profile: str | None, sources: tuple[str, ...]) -> int:
@@ -212,13 +213,17 @@ def lock(profile: str | None, sources: tuple[str, ...]) -> int:
 
 @click.command("build-site")
 @click.argument("site", type=click.Path(path_type=Path))
-@click.option("--profile", metavar="NAME", help="The release to lay out. " + PROFILE_HELP)
+@click.option(
+    "--profile",
+    metavar="NAME",
+    help="The profile whose release to lay out (default: the one that pins vllm-gaudi and vllm).",
+)
 @click.option(
     "--vllm-gaudi",
     "vllm_gaudi",
     required=True,
-    metavar="CHECKOUT|URL",
-    help="A vllm-gaudi git repository to clone: a URL or a local checkout or clone (never written).",
+    metavar="CHECKOUT|BUNDLE|URL",
+    help="A vllm-gaudi git repository to clone: a URL, a git bundle, or a local checkout or clone (never written).",
 )
 @click.option(
     "--vllm-wheel",
@@ -254,15 +259,24 @@ def build_site(site: Path, profile: str | None, vllm_gaudi: str, vllm_wheel: Pat
     Next:
       python3 fixes/apply_all.py --profile v0.26.0 --site SITE [OPT-IN ...]
     """
-    from ..commands.maintain.build_site import build, next_step
+    from ..commands.maintain.build_site import build, next_step, unpinned
 
     book = catalog()
     prof = book.default_profile(profile, ("vllm-gaudi", "vllm"))  # the Gaudi image holds both
     for line in build(prof, site, vllm_gaudi, vllm_wheel, ref):
-        print(f"fixpack: {line}", flush=True)
+        click.echo(f"fixpack: {line}", err=True)
+    mismatch = unpinned(prof, site)
+    if mismatch is not None:
+        click.echo(
+            f"fixpack: {mismatch}: the apply goes on only with --allow-unpinned, and only if every fix's "
+            "fingerprints hold on this build (a port makes a profile for it: docs/maintainers/port.md)",
+            err=True,
+        )
     if prof.opt_ins:
-        print(f"fixpack: opt-in fixes of {prof.name}, added by name after the command: {' '.join(prof.opt_ins)}")
-    print(f"next: {next_step(prof, site, book.root)}", flush=True)
+        click.echo(
+            f"fixpack: opt-in fixes of {prof.name}, added by name after the command: {' '.join(prof.opt_ins)}", err=True
+        )
+    click.echo(f"next: {next_step(prof, site, book.root, allow_unpinned=mismatch is not None)}")
     return 0
 
 
@@ -278,7 +292,7 @@ NEW_SOURCE = click.option(
 
 @click.command()
 @click.argument("fix_id", metavar="NEW-ID")
-@click.option("--profile", "profile", metavar="NAME", help="The release profile the edits are on. " + PROFILE_HELP)
+@click.option("--profile", "profile", metavar="NAME", help="The profile the edits are on " + PROFILE_HELP + ".")
 @SOURCE
 @JSON
 @SITE

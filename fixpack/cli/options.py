@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..cookbook.catalog import Catalog
-from ..errors import FixpackError, UsageError
+from ..errors import INTERRUPTED, FixpackError, UsageError
 from . import render
 
 __all__ = ["SITE", "JSON", "SOURCE", "SOURCE_ENV", "ErrorShape", "guard", "catalog", "sources"]
@@ -71,6 +71,9 @@ def guard(error_json: ErrorShape) -> Callable[[Callable[..., int | None]], Calla
                     render.dump(error_json(exc, kwargs))
                 render.error(exc)
                 code = exc.exit_code
+            except KeyboardInterrupt:
+                render.interrupted()
+                code = INTERRUPTED
             sys.exit(code)
 
         return wrapper

@@ -7,7 +7,7 @@ import sys
 from typing import Any, TextIO
 
 from ..commands.install.results import Result, StatusResult
-from ..errors import FixpackError
+from ..errors import INTERRUPTED_LINE, FixpackError
 from ..models import Fix, Profile, ProofOutcome
 
 __all__ = [
@@ -98,6 +98,10 @@ def result(res: Result, as_json: bool, out: TextIO | None = None, err: TextIO | 
             error(res.error, err)
     else:
         human(res, out, err)
+
+
+def interrupted() -> None:
+    print(INTERRUPTED_LINE, file=sys.stderr)
 
 
 def error(exc: FixpackError, err: TextIO | None = None) -> None:

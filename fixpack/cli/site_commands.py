@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,13 +16,20 @@ from . import render
 from .environment import help_block
 from .options import JSON, SITE, catalog, guard
 
-OVERLAY = click.option(
-    "--overlay",
-    type=click.Path(path_type=Path),
-    metavar="DIR",
-    help="Write nothing under site-packages: build the patched modules and a start-up import hook into DIR; "
-    "a process with DIR on PYTHONPATH imports the patched code (read-only and non-root images).",
+if TYPE_CHECKING:
+    from ..cookbook.catalog import Catalog
+
+
+def overlay_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option("--overlay", type=click.Path(path_type=Path), metavar="DIR", help=help)
+
+
+OVERLAY = overlay_option(
+    "Write nothing under site-packages: build the patched modules and a start-up import hook into DIR; "
+    "a process with DIR on PYTHONPATH imports the patched code (read-only and non-root images)."
 )
+STATUS_OVERLAY = overlay_option("The fixes of the overlay in DIR (over the installed files), not the site's own.")
+REVERT_OVERLAY = overlay_option("Revert in the overlay DIR, not in the site (every fix reverted: DIR is removed).")
 
 
 class ExecCommand(click.Command):
@@ -138,7 +146,7 @@ def apply(
             raise UsageError("--recipe SLUG names the fix set: not with --profile or fix names")
         profile, fixes, gate, notes, command, env = _recipe_start(book, recipe, launch, command)
     elif profile is None:
-        raise UsageError("give --profile NAME (and opt-in FIXes) or --recipe SLUG")
+        raise UsageError(f"give --profile NAME (and opt-in FIXes) or --recipe SLUG; {_profiles_for(book, site)}")
     elif launch:
         raise UsageError("--launch runs a recipe's own command: give --recipe SLUG")
     # A recipe's rules read variables that no warm stamp's key holds: a --recipe start records
@@ -194,7 +202,7 @@ def _recipe_start(book: Any, slug: str, launch: bool, command: list[str] | None)
 @click.option("--profile", metavar="NAME", help="Report every fix of this profile (default: what is applied).")
 @JSON
 @SITE
-@OVERLAY
+@STATUS_OVERLAY
 @guard(_status_error)
 def status(profile: str | None, as_json: bool, site: Path | None, overlay: Path | None) -> int:
     """Show the installed distributions, their commits, and the state of each fix."""
@@ -213,7 +221,7 @@ def status(profile: str | None, as_json: bool, site: Path | None, overlay: Path 
 @click.option("--dry-run", is_flag=True, help="Report what would be reverted; write nothing.")
 @JSON
 @SITE
-@OVERLAY
+@REVERT_OVERLAY
 @guard(result_error)
 def revert(fixes: tuple[str, ...], dry_run: bool, as_json: bool, site: Path | None, overlay: Path | None) -> int:
     """Revert the named FIXes and the fixes that require them (default: all), to the exact bytes.
@@ -301,7 +309,8 @@ def profiles(as_json: bool) -> int:
             for p in row["pins"]
         )
         print(
-            f"{row['name']}  release {row['release']}: {len(row['pack'])} fixes; opt-ins: {', '.join(row['opt_ins'])}"
+            f"{row['name']}  release {row['release']}: {len(row['pack'])} fixes; "
+            f"opt-ins: {', '.join(row['opt_ins']) or 'none'}"
         )
         print(f"  pins {pins}")
         for dist, other in row["instead"].items():
@@ -366,3 +375,15 @@ def sbom(site: Path | None, overlay: Path | None, output: Path | None, merge: Pa
         said += f", written to {output}"
     render.notes([said])
     return 0
+
+
+def _profiles_for(book: Catalog, site: Path | None) -> str:
+    """The profiles to choose from, and the one that fits the site, when one does."""
+    from ..commands.install.pins import fitting
+
+    names = ", ".join(f"{p.name} ({' and '.join(pin.dist for pin in p.pins)})" for p in book.usable)
+    try:
+        fits = fitting(book, site)
+    except FixpackError:
+        fits = []
+    return f"profiles: {names}" + (f"; {fits[0].name} fits what is installed here" if fits else "")

@@ -113,7 +113,8 @@ def preflight(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> N
         if not os.access(folder, os.W_OK):
             raise EnvironmentProblem(
                 f"{folder} is not writable by uid {os.getuid()}: run fixpack as the owner of the "
-                "installation (e.g. as root when the image is built), or make it writable for this user",
+                "installation (e.g. as root when the image is built), or make it writable for this user; "
+                "or apply with --overlay DIR, which leaves the installation as it is (docs/operators/overlay.md)",
                 path=str(folder),
             )
 
@@ -122,11 +123,14 @@ def commit(state_dir: Path, writes: list[Write], roots: dict[str, Path]) -> None
     """Apply ``writes`` all or nothing. The caller holds the lock and has run :func:`preflight` with
     the same arguments.
 
-    A write that fails (a full disk, a file that cannot be removed) rolls back what was done
-    before it, at once; a rollback that cannot finish keeps the journal for the next run."""
+    A write that fails (a full disk, a file that cannot be removed), or Ctrl-C, rolls back what was
+    done before it, at once; a rollback that cannot finish keeps the journal for the next run."""
     counter = CrashCounter()
     try:
         _commit(state_dir, writes, roots, counter)
+    except KeyboardInterrupt:
+        _recover(state_dir, roots, counter)  # Ctrl-C again, or a rollback that fails: the next run's
+        raise
     except OSError as exc:
         try:
             _recover(state_dir, roots, counter)

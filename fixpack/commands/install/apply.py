@@ -18,12 +18,12 @@ from typing import Protocol
 from ...cookbook.catalog import Catalog
 from ...core.names import suggest
 from ...core.plan import resolve
-from ...errors import Refused, UsageError
+from ...errors import EnvironmentProblem, Refused, UsageError
 from ...models import Action, Plan
 from ...site.manifest import Manifest
 from ...site.warm import exec_command
 from .expect import as_expected, expectation, refuse_unexpected
-from .pins import check_commits, installed, refuse_beside
+from .pins import check_commits, fitting, installed, refuse_beside
 from .pipeline import (
     already_applied,
     destination,
@@ -83,7 +83,15 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
     for name in request.opt_ins:
         if name not in catalog.fixes:
             raise UsageError(f"unknown fix {name!r}{suggest(name, list(profile.pack))}", fix_id=name)
-    env, dists = installed(profile, request.site, request.overlay)
+    try:
+        env, dists = installed(profile, request.site, request.overlay)
+    except EnvironmentProblem as missing:
+        fits = [p.name for p in fitting(catalog, request.site) if p.name != profile.name]
+        if not fits or "fixpack revert" in missing.message:
+            raise
+        raise EnvironmentProblem(
+            f"{missing.message}; profile {fits[0]} pins what is installed here: --profile {fits[0]}", path=missing.path
+        ) from None
     refuse_beside(catalog, profile, env)
     commit_notes = check_commits(profile, dists, request.allow_unpinned)
     result.notes += commit_notes
@@ -109,6 +117,12 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
             )
         plan = resolve(catalog.fixes, profile, request.opt_ins, keep=manifest.fixes)
         result.notes += pulled_in_notes(plan)
+        result.notes += [
+            f"{name} is one of profile {profile.name}'s default fixes, applied whether named or not: "
+            f"name only its opt-ins ({', '.join(profile.opt_ins) or 'it has none'})"
+            for name in request.opt_ins
+            if name in profile.default_fixes
+        ]
         gate = request.gate
         if gate is not None:
             result.notes += gate.judge(plan)

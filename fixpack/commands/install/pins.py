@@ -15,7 +15,7 @@ from ...site.distributions import Distribution, Environment
 from ...site.layout import MANIFEST
 from ...site.overlay import Overlay
 
-__all__ = ["installed", "remaining", "gone_notes", "dist_of", "refuse_beside", "check_commits"]
+__all__ = ["installed", "remaining", "fitting", "gone_notes", "dist_of", "refuse_beside", "check_commits"]
 
 
 def installed(
@@ -36,6 +36,20 @@ def installed(
                 path=missing.path,
             ) from None
     return env, dists
+
+
+def fitting(catalog: Catalog, site: Path | None) -> list[Profile]:
+    """The usable profiles whose pinned distributions are all installed and none they name in
+    ``[instead]`` is: the ones that fit this site, the one that pins the most first."""
+    found = set(
+        Environment.read({p.dist: p.package for prof in catalog.profiles.values() for p in prof.pins}, site).found
+    )
+    fits = [
+        p
+        for p in catalog.usable
+        if {canonical(pin.dist) for pin in p.pins} <= found and not any(canonical(d) in found for d, _ in p.instead)
+    ]
+    return sorted(fits, key=lambda p: -len(p.pins))
 
 
 def remaining(profile: Profile, site: Path | None) -> tuple[Environment, dict[str, Distribution], tuple[str, ...]]:

@@ -131,12 +131,29 @@ def refuse_drift(files: dict[str, InstalledFile], plan: Plan, recorded: dict[str
                     "the file is as pip installed it: this build differs from the pinned release"
                 )
         message = f"{f.base.state.value}: {path} ({f.dist.name}, {f.dist.file(path)}): {f.base.problem}"
-        problems.append(Refused(message, fix_id=owner, path=path, details=details))
+        as_pip = "this build differs from the pinned release" in details
+        problems.append(Refused(message, fix_id=owner, path=path, details=details, way_out=_drift_way_out(f, as_pip)))
     if problems:
         first = problems[0]
         if len(problems) > 1:
             first.message += f" (and {len(problems) - 1} more: " + "; ".join(p.message for p in problems[1:]) + ")"
         raise first
+
+
+def _drift_way_out(f: InstalledFile, as_pip_installed: bool) -> str:
+    """What to do about a file that is not what the fixes expect (docs/operators/when-it-refuses.md)."""
+    reinstall = f"pip install --force-reinstall --no-deps {f.dist.name}=={f.dist.version}"
+    if as_pip_installed:
+        return (
+            f"To go on: this build of {f.dist.name} is not the pinned release's; apply the profile for the build "
+            "you run (fixpack profiles), or install the pinned release"
+        )
+    if f.base.state is FileState.MISSING:
+        return f"To go on: reinstall {f.dist.name} ({reinstall}), then run fixpack again"
+    return (
+        f"To go on: undo the edit shown below, or reinstall {f.dist.name} ({reinstall}), then run fixpack again; "
+        "or keep the edit as a fix of your own (fixpack record: docs/fix-authors/hand-edit.md)"
+    )
 
 
 def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[str, ...]) -> Rebuilt:
@@ -173,8 +190,9 @@ def rebuild_files(plan: Plan, files: dict[str, InstalledFile], fix_ids: tuple[st
 def nothing_changed(refused: Refused) -> Refused:
     """The command's error for a refused plan: the fix first, and that nothing was written."""
     who = f"{refused.fix_id}: " if refused.fix_id else ""
+    way = f". {refused.way_out}" if refused.way_out else ""
     return Refused(
-        f"{who}{refused.message}; nothing was changed",
+        f"{who}{refused.message}; nothing was changed{way}",
         fix_id=refused.fix_id,
         path=refused.path,
         details=refused.details,
@@ -305,13 +323,18 @@ def rows(held: Held, files: Mapping[str, InstalledFile], dists: Mapping[str, Dis
     return out
 
 
-def usage_notes(target: Destination, manifest: Manifest) -> list[str]:
+def usage_notes(target: Destination, manifest: Manifest, removed: bool = False, broken: str | None = None) -> list[str]:
     """What to tell the user about the destination once it holds ``manifest``: for an overlay, how
-    to use it, or that it went."""
+    to use it, that it went (``removed``: this command removed it), or (``broken``: why) that it
+    would not run the fixes."""
     if not isinstance(target, Overlay):
         return []
     if manifest.empty:
-        return [f"no overlay at {target.root}"]
+        return [f"removed the overlay {target.root}" if removed else f"no overlay at {target.root}"]
+    if broken:
+        return [
+            f"the overlay {target.root} would not run its fixes ({broken}): build it again (fixpack apply --overlay)"
+        ]
     return [f"the overlay is {target.root}; to use it: {activation(target.root)}"]
 
 

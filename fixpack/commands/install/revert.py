@@ -88,7 +88,7 @@ def revert(
             target.preflight(writes)
         else:
             target.commit(writes)
-            result.notes += usage_notes(target, new)
+            result.notes += usage_notes(target, new, removed=not manifest.empty)
     return result
 
 

@@ -10,7 +10,7 @@ from ...errors import EnvironmentProblem
 from ...models import FileState, Profile
 from ...runtime import check, fixset
 from ...site.distributions import Environment
-from .pins import dist_of, gone_notes, installed, remaining
+from .pins import dist_of, fitting, gone_notes, installed, remaining
 from .pipeline import (
     destination,
     fix_state,
@@ -38,13 +38,8 @@ def site_profile(catalog: Catalog, site: Path | None, overlay: Path | None = Non
     applied = status(catalog, None, site, overlay).profile
     if applied is not None:
         return applied
-    found = set(Environment.read(all_pins(catalog), site).found)
-    fits = [
-        p
-        for p in catalog.usable
-        if {pin.dist for pin in p.pins} <= found and not any(dist in found for dist, _ in p.instead)
-    ]
-    return max(fits, key=lambda p: len(p.pins)).name if fits else None
+    fits = fitting(catalog, site)
+    return fits[0].name if fits else None
 
 
 def status(catalog: Catalog, profile_name: str | None, site: Path | None, overlay: Path | None = None) -> StatusResult:
@@ -58,10 +53,9 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None, overla
     with target.locked():
         held = open_state(target, catalog, notes)
     manifest = held.manifest
-    notes += usage_notes(target, manifest)
     name = profile_name or manifest.profile
     if name is None:
-        return StatusResult(None, list(env.found.values()), [], notes, manifest)
+        return StatusResult(None, list(env.found.values()), [], usage_notes(target, manifest) + notes, manifest)
     profile = catalog.profile(name)
     fix_ids = list(profile.pack) if profile_name else list(manifest.fixes)
     paths = list(dict.fromkeys(c.path for fid in fix_ids for c in catalog.fixes[fid].changes[profile.release]))
@@ -89,6 +83,8 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None, overla
     ]
     # what every vLLM process would refuse, whatever the files hold (the runtime index is beside the state)
     refused = None if manifest.empty else check.refusal(str(target.state_dir.parent))
+    broken = refused or (f"{len(drifted)} file{'s' if len(drifted) != 1 else ''} drifted" if drifted else None)
+    notes[:0] = usage_notes(target, manifest, broken=broken)
     return StatusResult(profile.name, list(env.found.values()), fixes, notes, manifest, drifted, refused)
 
 

@@ -45,8 +45,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from ...cookbook.tomlfile import tomllib
-from ...errors import EnvironmentProblem, UsageError
+from ...errors import EnvironmentProblem, FixpackError, UsageError
 from ...models import Profile
+from ..install.pins import check_commits, installed
 from . import history
 
 # PEP 518: a project without a [build-system] table is built with setuptools (pip's default).
@@ -174,14 +175,14 @@ def _is_url(source: str) -> bool:
 def check_repo(source: str, ref: str) -> str:
     """``--vllm-gaudi`` is a git repository that can be reached and has ``ref``.
 
-    A local path: a repository (bare or the top of a checkout) in which ``ref`` names a commit.
-    A URL: ``git ls-remote`` answers, and lists ``ref`` as a tag or branch; a commit id that it does
-    not list (one below a tag) is checked right after the clone, still before any download.
-    Returns a line for the progress output.
+    A local folder: a repository (bare or the top of a checkout) in which ``ref`` names a commit.
+    A URL or a git bundle (as ``VLLM_GAUDI_GIT`` takes): ``git ls-remote`` answers, and lists
+    ``ref`` as a tag or branch; a commit id that it does not list (one below a tag) is checked right
+    after the clone, still before any download. Returns a line for the progress output.
     """
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0")  # a wrong URL fails instead of asking for a password
     local = Path(source).expanduser()
-    if local.exists():
+    if local.is_dir():
         bare = history.git(["-C", str(local), "rev-parse", "--is-bare-repository"], env=env)
         top = history.git(["-C", str(local), "rev-parse", "--show-toplevel"], env=env)
         is_repo = bare.returncode == 0 and (
@@ -194,8 +195,8 @@ def check_repo(source: str, ref: str) -> str:
         if found.returncode != 0:
             raise UsageError(f"--vllm-gaudi {source} has no commit {ref} (fetch it, or give --ref)")
         return f"vllm-gaudi: {source} has {ref} ({found.stdout.decode().strip()[:12]})"
-    if not _is_url(source):
-        raise UsageError(f"--vllm-gaudi {source}: no such folder, and not a git URL")
+    if not (_is_url(source) or local.is_file()):  # a file: a git bundle, which git reads as a remote
+        raise UsageError(f"--vllm-gaudi {source}: no such folder or git bundle, and not a git URL")
     try:
         listed = history.git(["ls-remote", source], env=env, timeout=LS_REMOTE_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -291,7 +292,7 @@ def build(
         yield f"building in {tmp} (removed at the end, whatever happens)"
         head = yield from _clone(vllm_gaudi, ref, tmp / "vllm-gaudi")
         env = yield from _build_requirements(tmp / "vllm-gaudi", tmp / "buildenv")
-        yield from _install_gaudi(tmp / "vllm-gaudi", staging, gaudi_version, ref, env)
+        gaudi_version = yield from _install_gaudi(tmp / "vllm-gaudi", staging, ref, env)
         if vllm_wheel is None:
             vllm_wheel = yield from _download_vllm(vllm_version, tmp / "download")
         yield from _install_vllm(vllm_wheel, staging)
@@ -358,12 +359,11 @@ def _build_requirements(checkout: Path, buildenv: Path) -> Generator[str, None, 
     return env
 
 
-def _install_gaudi(
-    checkout: Path, staging: Path, version: str, ref: str, env: dict[str, str] | None
-) -> Generator[str, None, None]:
+def _install_gaudi(checkout: Path, staging: Path, ref: str, env: dict[str, str] | None) -> Generator[str, None, str]:
+    """Build and install vllm-gaudi; the version it installed (its ref's, not the profile's pin)."""
     start = time.monotonic()
     yield (
-        f"building vllm-gaudi {version} at {ref} (pip install --no-deps --no-build-isolation --target"
+        f"building vllm-gaudi at {ref} (pip install --no-deps --no-build-isolation --target"
         + (", the build requirements first on PYTHONPATH)" if env else ")")
     )
     _run(
@@ -371,7 +371,12 @@ def _install_gaudi(
         "building and installing vllm-gaudi",
         env=env,
     )
-    yield f"installed vllm-gaudi in {_since(start)}"
+    found = [
+        d for d in importlib.metadata.distributions(path=[str(staging)]) if canonicalize_name(d.name) == "vllm-gaudi"
+    ]
+    version = found[0].version if found else "(version unknown)"
+    yield f"installed vllm-gaudi {version} in {_since(start)}"
+    return version
 
 
 def _download_vllm(version: str, download: Path) -> Generator[str, None, Path]:
@@ -401,7 +406,17 @@ def _place(staging: Path, site: Path) -> None:
         raise EnvironmentProblem(f"cannot move the built site into place at {site}: {exc}") from None
 
 
-def next_step(profile: Profile, site: Path, cookbook: Path) -> str:
+def unpinned(profile: Profile, site: Path) -> str | None:
+    """Why the apply would refuse the site built (its versions or commits are not the profile's
+    pins: another --ref), as the apply says it; None when they are."""
+    try:
+        check_commits(profile, installed(profile, site)[1], allow_unpinned=False)
+    except FixpackError as refused:
+        return refused.message.partition(" (--allow-unpinned")[0]
+    return None
+
+
+def next_step(profile: Profile, site: Path, cookbook: Path, allow_unpinned: bool = False) -> str:
     """The apply command to run next, as one that works from here: this Python, this cookbook."""
     python = shutil.which("python3")
     same = python is not None and Path(python).absolute().parent == Path(sys.executable).absolute().parent
@@ -411,4 +426,4 @@ def next_step(profile: Profile, site: Path, cookbook: Path) -> str:
     except ValueError:
         pass
     command = ["python3" if same else sys.executable, str(script), "--profile", profile.name]
-    return shlex.join([*command, "--site", os.path.abspath(site)])
+    return shlex.join([*command, "--site", os.path.abspath(site), *(["--allow-unpinned"] if allow_unpinned else [])])
