@@ -165,15 +165,17 @@ def _resolutions(given: tuple[str, ...], fixes: tuple[str, ...]) -> dict[str, Pa
 
 
 def _proofs_can_run() -> None:
-    """Proofs run the trees' code on CPU torch and numpy: without them say so once, not per proof."""
-    import importlib.util
+    """Proofs run the trees' code on what fixpack's ``proofs`` extra lists (CPU torch, numpy,
+    FastAPI's test client): without one, say so once, not per proof."""
+    from ..commands.maintain.proving.needs import missing
 
-    missing = [m for m in ("torch", "numpy") if importlib.util.find_spec(m) is None]
-    if missing:
-        line = " ".join(["'torch==2.13.0'" if m == "torch" else m for m in missing])
+    lacking = missing()
+    if lacking:
+        line = " ".join(f"'{r.name}{r.specifier}'" if r.specifier else r.name for r in lacking)
         raise EnvironmentProblem(
-            f"the proofs need {' and '.join(missing)}, which this Python lacks: "
-            f"{Path(sys.executable).name} -m pip install {line} (port runs without them given --no-proofs)"
+            f"the proofs need {' and '.join(r.name for r in lacking)}, which this Python lacks: "
+            f"{Path(sys.executable).name} -m pip install {line} (or the proofs extra: pip install -e '.[proofs]'; "
+            "port runs without them given --no-proofs)"
         )
 
 
