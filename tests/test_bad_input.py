@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -111,6 +112,12 @@ CASES = {
 }
 
 
+# what a line says to do next: a command, an option, a page, or what to change
+NEXT_STEP = re.compile(
+    r"(reinstall|remove |give |point |unset|see |write it again|fixpack \w+|pip install|--[a-z][a-z-]+|docs/)"
+)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_bad_input_is_one_line_with_its_exit_code(case, cli, cookbook, site, monkeypatch):
     _pack(cookbook)
@@ -121,6 +128,7 @@ def test_bad_input_is_one_line_with_its_exit_code(case, cli, cookbook, site, mon
     errors = [line for line in r.stderr.splitlines() if line.startswith("fixpack: error:")]
     assert r.exit_code == code, r.output
     assert len(errors) == 1 and words in errors[0], r.stderr
+    assert NEXT_STEP.search(errors[0]), f"no next step in: {errors[0]}"  # issue 57
     assert "Traceback" not in r.output
     assert site.snapshot() == before
 

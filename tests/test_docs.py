@@ -416,3 +416,21 @@ def test_the_docs_runs_of_cookbook_commands_are_what_they_print(monkeypatch: pyt
         assert _holds(shown, printed), f"{page.relative_to(REPO)}: fixpack {' '.join(args)} prints:\n" + "\n".join(
             printed
         )
+
+
+def test_the_sbom_page_counts_the_patches_of_the_pack():
+    """One patch per fix and distribution it changes, for v0.26.0 with its opt-ins (issue 57: the
+    page said 23 when the pack had grown to 29)."""
+    from fixpack.cookbook.catalog import Catalog
+    from fixpack.core.plan import resolve
+
+    catalog = Catalog.load(REPO)
+    profile = catalog.profile("v0.26.0")
+    plan = resolve(catalog.fixes, profile, tuple(profile.opt_ins))
+    per_dist = {
+        package: sum(1 for f in plan.fixes if any(c.path.startswith(f"{package}/") for c in f.changes[profile.release]))
+        for package in ("vllm_gaudi", "vllm")
+    }
+    page = " ".join(source(DOCS / "operators" / "sbom.md").split())
+    counted = f"({sum(per_dist.values())} for the v0.26.0 profile with both opt-ins: {per_dist['vllm_gaudi']} to "
+    assert counted + f"vllm-gaudi, {per_dist['vllm']} to vLLM)" in page

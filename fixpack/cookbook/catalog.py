@@ -34,7 +34,12 @@ class Catalog:
         fixes_dir, profiles_dir = root / "fixes", root / "profiles"
         if not fixes_dir.is_dir() and not profiles_dir.is_dir():
             named = " (FIXPACK_COOKBOOK)" if os.environ.get("FIXPACK_COOKBOOK") else ""
-            raise UsageError(f"{root}{named} is not a cookbook: it has no fixes/ or profiles/ folder", path=str(root))
+            raise UsageError(
+                f"{root}{named} is not a cookbook: it has no fixes/ or profiles/ folder; point "
+                f"{'FIXPACK_COOKBOOK' if named else 'fixpack'} at a checkout of the cookbook"
+                + (", or unset it" if named else " (FIXPACK_COOKBOOK=DIR)"),
+                path=str(root),
+            )
         fixes = {}
         if fixes_dir.is_dir():
             for d in sorted(fixes_dir.iterdir()):

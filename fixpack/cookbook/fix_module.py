@@ -213,7 +213,10 @@ def _file_diffs(patch_file: Path, release: str, fix_id: str, where: Path) -> lis
         per_file = index(text)
     except ValueError as exc:  # in the words an invalid patch met while applying had before
         raise UsageError(
-            f"invalid patch of fix {fix_id} ({patch_file}): {exc}", fix_id=fix_id, path=str(patch_file)
+            f"invalid patch of fix {fix_id} ({patch_file}): {exc}: see what changed it (git status, git diff in "
+            "the cookbook), or write it again (fixpack record, or lock for a transform's)",
+            fix_id=fix_id,
+            path=str(patch_file),
         ) from None
     if not per_file:
         raise invalid(patch_file, "no file diffs in it")

@@ -176,7 +176,11 @@ class Environment:
         """Find each distribution of ``packages`` (canonical name -> import package)."""
         if site is not None and not site.is_dir():
             named = "FIXPACK_SITE" if os.environ.get("FIXPACK_SITE") == str(site) else "--site"
-            raise EnvironmentProblem(f"{named} {site}: no such directory", path=str(site))
+            raise EnvironmentProblem(
+                f"{named} {site}: no such directory; give the site-packages folder that holds vllm "
+                "(python3 -c 'import vllm, os; print(os.path.dirname(os.path.dirname(vllm.__file__)))')",
+                path=str(site),
+            )
         found: dict[str, Distribution] = {}
         wanted = {canonical(n): pkg for n, pkg in packages.items()}
         entries = list(sys.path) if site is None else [str(site)]

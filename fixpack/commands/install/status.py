@@ -46,8 +46,11 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None, overla
     """``overlay``: each fix's state in that overlay folder, over the installed files."""
     env = Environment.read(all_pins(catalog), site)
     if overlay is None and not env.found:
-        where = f"in {site}" if site is not None else "in this interpreter's path (use --site DIR?)"
-        raise EnvironmentProblem(f"neither of {', '.join(sorted(env.wanted))} is installed {where}")
+        where = f"in {site}" if site is not None else "in this interpreter's path"
+        raise EnvironmentProblem(
+            f"neither of {', '.join(sorted(env.wanted))} is installed {where}: give --site DIR, the "
+            "site-packages folder of the Python that runs vLLM"
+        )
     notes: list[str] = []
     target = destination(env, overlay)
     with target.locked():
