@@ -100,3 +100,13 @@ def py(code: str, *path: Path, flags: tuple[str, ...] = (), **env: str) -> subpr
     return subprocess.run(
         [sys.executable, *flags, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full, timeout=60
     )
+
+
+def shown_as_printed(shown: list[str], printed: list[str]) -> bool:
+    """A documented run's output ``shown`` is what was ``printed``, each "..." line (indented or not)
+    standing for any lines (none included)."""
+    if not shown:
+        return not printed
+    if shown[0].strip() == "...":
+        return any(shown_as_printed(shown[1:], printed[i:]) for i in range(len(printed) + 1))
+    return bool(printed) and printed[0] == shown[0] and shown_as_printed(shown[1:], printed[1:])

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from runs import shown_as_printed
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -393,15 +394,6 @@ def _shown_runs() -> list[tuple[Path, list[str], list[str]]]:
     return runs
 
 
-def _holds(shown: list[str], printed: list[str]) -> bool:
-    """``shown`` is ``printed``, each "..." standing for any lines (none included)."""
-    if not shown:
-        return not printed
-    if shown[0] == "...":
-        return any(_holds(shown[1:], printed[i:]) for i in range(len(printed) + 1))
-    return bool(printed) and printed[0] == shown[0] and _holds(shown[1:], printed[1:])
-
-
 def test_the_docs_runs_of_cookbook_commands_are_what_they_print(monkeypatch: pytest.MonkeyPatch):
     from click.testing import CliRunner
 
@@ -413,8 +405,8 @@ def test_the_docs_runs_of_cookbook_commands_are_what_they_print(monkeypatch: pyt
     assert {" ".join(args[:1]) for _, args, _ in runs} >= {"profiles", "recipe", "show"}
     for page, args, shown in runs:
         printed = CliRunner().invoke(main, args, prog_name="fixpack").stdout.rstrip("\n").split("\n")
-        assert _holds(shown, printed), f"{page.relative_to(REPO)}: fixpack {' '.join(args)} prints:\n" + "\n".join(
-            printed
+        assert shown_as_printed(shown, printed), (
+            f"{page.relative_to(REPO)}: fixpack {' '.join(args)} prints:\n" + "\n".join(printed)
         )
 
 

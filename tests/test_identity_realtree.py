@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from builders import REPO
 from realtree import PROFILE, REALTREE, opt_ins_of, run_python, tree_hashes
+from runs import shown_as_printed
 
 pytestmark = REALTREE
 APPLY_ALL = str(REPO / "fixes" / "apply_all.py")
@@ -97,3 +98,30 @@ def test_the_docs_show_the_real_digest_of_the_pack(real_site: Path, tmp_path: Pa
     ]
     line = disagreement(records, [], 4, 120)
     assert line is not None and line in (REPO / "docs" / "operators" / "multi-node.md").read_text(), line
+
+
+def _block_after(text: str, heading: str) -> list[str]:
+    """The lines of the first code block after ``heading`` (fenced, or indented by four spaces)."""
+    rest = text.split(heading, 1)[1]
+    found = re.search(r"```text\n(.*?)```|\n\n((?:    [^\n]*\n)+)", rest, re.S)
+    assert found, heading
+    if found.group(1) is not None:
+        return found.group(1).rstrip("\n").split("\n")
+    return [line[4:] for line in found.group(2).rstrip("\n").split("\n")]
+
+
+def test_the_readme_and_getting_started_show_what_the_apply_prints(real_site: Path):
+    """Issue 57: the docs' examples are real runs. The README's main command's apply, as the pages
+    show it (its notes, then a line per fix and the summary)."""
+    done = run_python(APPLY_ALL, "--profile", PROFILE, "--site", str(real_site), *opt_ins_of())
+    try:
+        assert done.returncode == 0, done.stderr
+        printed = done.stderr.rstrip("\n").split("\n") + done.stdout.rstrip("\n").split("\n")
+        for page, heading in (
+            (REPO / "README.md", "Then the apply names the commits it read"),
+            (REPO / "docs" / "getting-started.md", "The apply names the commits it read"),
+        ):
+            shown = _block_after(page.read_text(encoding="utf-8"), heading)
+            assert shown_as_printed(shown, printed), f"{page.name} shows:\n" + "\n".join(shown)
+    finally:
+        assert run_python("-m", "fixpack", "revert", "--site", str(real_site)).returncode == 0
