@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -37,6 +38,12 @@ print("vllm imported:", "vllm" in sys.modules)
 
 def env_of(cookbook: Cookbook) -> dict[str, str]:
     return {"FIXPACK_COOKBOOK": str(cookbook.root)}
+
+
+# what an error line says to do next (issue 57): a command, an option, a page, or what to change
+NEXT_STEP = re.compile(
+    r"(reinstall|remove |give |point |unset|see |write it again|chown|fixpack \w+|pip install|--[a-z][a-z-]+|docs/)"
+)
 
 
 def one_line_error(stderr: str) -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from builders import GAUDI_COMMIT, RUNNER, SAMPLER, make_site
+from runs import NEXT_STEP
 
 
 def _pack(cookbook) -> None:
@@ -110,12 +110,6 @@ CASES = {
     "--site naming a file": (_site_a_file, 2, "Invalid value for '--site': Directory"),
     "an unknown option": (_unknown_option, 2, "No such option '--dry-runn'. Did you mean '--dry-run'?"),
 }
-
-
-# what a line says to do next: a command, an option, a page, or what to change
-NEXT_STEP = re.compile(
-    r"(reinstall|remove |give |point |unset|see |write it again|fixpack \w+|pip install|--[a-z][a-z-]+|docs/)"
-)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from builders import RUNNER, run_cli
 from cookbooks import three_fixes
-from runs import APPLY, env_of, interrupted, one_line_error
+from runs import APPLY, NEXT_STEP, env_of, interrupted, one_line_error
 
 STATE = ".fixpack"
 # making a file another user's (chown) needs root
@@ -75,7 +75,7 @@ def test_a_state_another_user_could_write_is_refused_by_every_command(applied, o
         line = one_line_error(r.stderr)
         assert r.returncode == 3, (args, r.stderr)
         assert f"{opened} can be written by" in line and "which fixpack does not trust" in line
-        assert "chown and chmod go-w it" in line
+        assert "chown and chmod go-w it" in line and NEXT_STEP.search(line)
         assert site.snapshot() == before, args
 
 

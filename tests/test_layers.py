@@ -81,7 +81,7 @@ ALLOWED = {
     "fixpack.proofkit": set(),
     "fixpack.proofrun": {"fixpack.proofkit"},
     "fixpack.runtime": set(),  # runs inside vLLM processes, copied out of fixpack: the standard library only
-    "fixpack.__main__": {"fixpack.cli"},
+    "fixpack.__main__": {"fixpack.cli", "fixpack.errors"},  # Ctrl-C while the CLI imports: the contract's line
     "fixpack": set(),
 }
 # the warm path runs before anything else is imported: the standard library and these only
