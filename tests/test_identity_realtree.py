@@ -123,5 +123,34 @@ def test_the_readme_and_getting_started_show_what_the_apply_prints(real_site: Pa
         ):
             shown = _block_after(page.read_text(encoding="utf-8"), heading)
             assert shown_as_printed(shown, printed), f"{page.name} shows:\n" + "\n".join(shown)
+        # json.md's status example: its keys in order, and each list's first items as a real status has them
+        status = run_python("-m", "fixpack", "status", "--site", str(real_site), "--json")
+        real = json.loads(status.stdout.replace(str(real_site), "/tmp/fixpack-site"))
+        (line,) = _block_after((REPO / "docs" / "reference" / "json.md").read_text(encoding="utf-8"), "# JSON shapes")[
+            1:
+        ]
+        assert _leads(json.loads(line.replace(", ...", "")), real), line
+        # in-place.md's drift: the same local edit, the apply's refusal and the edit it shows
+        edited = real_site / "vllm_gaudi" / "v1" / "worker" / "hpu_input_batch.py"
+        applied = edited.read_bytes()
+        edited.write_bytes(applied + b"# local edit\n")
+        refused = run_python(APPLY_ALL, "--profile", PROFILE, "--site", str(real_site), *opt_ins_of())
+        edited.write_bytes(applied)
+        assert refused.returncode == 1, refused.stderr
+        said = refused.stderr.replace(str(real_site), "SITE").split("\n")
+        said = said[next(i for i, ln in enumerate(said) if ln.startswith("fixpack: error:")) :]  # notes before it aside
+        page = (REPO / "docs" / "operators" / "in-place.md").read_text(encoding="utf-8")
+        shown = _block_after(page, "the message shows the edit:")
+        assert shown_as_printed(shown, [ln for ln in said if ln]), "\n".join(said)
     finally:
         assert run_python("-m", "fixpack", "revert", "--site", str(real_site)).returncode == 0
+
+
+def _leads(shown: object, real: object) -> bool:
+    """``shown`` is ``real`` cut short: the same keys in the same order, each list's items the first
+    ones of the real list (the docs write "..." for the rest)."""
+    if isinstance(shown, dict) and isinstance(real, dict):
+        return list(shown) == list(real) and all(_leads(shown[k], real[k]) for k in shown)
+    if isinstance(shown, list) and isinstance(real, list):
+        return len(shown) <= len(real) and all(_leads(a, b) for a, b in zip(shown, real))
+    return shown == real
