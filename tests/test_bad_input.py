@@ -243,10 +243,10 @@ def test_the_proofs_dependencies_are_the_proofs_extras(monkeypatch):
     import ast
     import sys
 
-    from fixpack.commands.maintain.proving import needs
+    from fixpack import extras
 
-    monkeypatch.setattr(needs, "requires", lambda name: (_ for _ in ()).throw(needs.PackageNotFoundError(name)))
-    declared = {r.name for r in needs.declared()}  # from pyproject.toml, as a checkout without install reads it
+    monkeypatch.setattr(extras, "requires", lambda name: (_ for _ in ()).throw(extras.PackageNotFoundError(name)))
+    declared = {r.name for r in extras.declared("proofs")}  # from pyproject.toml, as a checkout not installed
     assert {"torch", "numpy", "fastapi", "httpx"} <= declared
     repo = Path(__file__).resolve().parent.parent
     imported = set()

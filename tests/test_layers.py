@@ -17,6 +17,7 @@ ALLOWED = {
     "fixpack.core": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.runtime.fixset"},
     "fixpack.models": set(),
     "fixpack.errors": set(),
+    "fixpack.extras": {"fixpack.cookbook.tomlfile"},  # pyproject.toml's extras, where fixpack is not installed
     "fixpack.transforms": {"fixpack.core"},
     # fixpack.runtime.rules: the recipes' rule evaluator, and fixpack.runtime.fixset: when a digest may
     # be reported; stdlib-only leaves the runtime check carries
@@ -56,6 +57,7 @@ ALLOWED = {
         "fixpack.commands.install",
     },
     "fixpack.commands.recipes": {
+        "fixpack.extras",  # recipe accept's extra, named in its refusal
         "fixpack.core",
         "fixpack.models",
         "fixpack.errors",

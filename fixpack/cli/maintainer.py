@@ -167,14 +167,14 @@ def _resolutions(given: tuple[str, ...], fixes: tuple[str, ...]) -> dict[str, Pa
 def _proofs_can_run() -> None:
     """Proofs run the trees' code on what fixpack's ``proofs`` extra lists (CPU torch, numpy,
     FastAPI's test client): without one, say so once, not per proof."""
-    from ..commands.maintain.proving.needs import missing
+    from ..extras import install_line, missing
 
-    lacking = missing()
+    lacking = missing("proofs")
     if lacking:
         line = " ".join(f"'{r.name}{r.specifier}'" if r.specifier else r.name for r in lacking)
         raise EnvironmentProblem(
             f"the proofs need {' and '.join(r.name for r in lacking)}, which this Python lacks: "
-            f"{Path(sys.executable).name} -m pip install {line} (or the proofs extra: pip install -e '.[proofs]'; "
+            f"{Path(sys.executable).name} -m pip install {line} (or the proofs extra: {install_line('proofs')}; "
             "port runs without them given --no-proofs)"
         )
 

@@ -255,7 +255,7 @@ def accept(
     slug: str, url: str, only: tuple[str, ...], junit: Path | None, api_key: str, model: str | None, as_json: bool
 ) -> int:
     """Run a recipe's checks (its verify section: the page's Verified and Performance tables)
-    against a live server, with the official openai client (pip install 'fixpack[accept]').
+    against a live server, with the official openai client (fixpack's accept extra).
     SLUG: the recipe's meta.slug, or a recipe file's path. Exit 0 every check held, 1 some
     failed, 3 the server cannot be reached or does not list the recipe's model."""
     from ..commands.install.outputs import write_named

@@ -15,13 +15,14 @@ from pathlib import Path
 
 from ...cookbook.catalog import Catalog
 from ...errors import EnvironmentProblem, FixpackError, UsageError
+from ...extras import install_line
 from ...runtime.index import read_regular
 from ..install.outputs import write_named
 from .facts import applied
 
 __all__ = ["Sbom", "sbom", "write"]
 
-EXTRA = "pip install 'fixpack[sbom]' (cyclonedx-python-lib[json-validation] 11)"
+EXTRA = f"{install_line('sbom')} (cyclonedx-python-lib[json-validation] 11)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from ...cookbook.checks import Check
 from ...cookbook.recipes import Recipe
 from ...core.names import suggest
 from ...errors import EnvironmentProblem, UsageError
+from ...extras import install_line
 from . import predicates as p
 from .accept_client import HAYSTACK, Budget, Session, Ticks, fill, haystack, salted
 from .predicates import Answer, Outcome
@@ -322,7 +323,7 @@ def accept(
     try:
         import openai  # noqa: F401
     except ImportError:
-        raise EnvironmentProblem("recipe accept needs the openai client: pip install 'fixpack[accept]'") from None
+        raise EnvironmentProblem(f"recipe accept needs the openai client: {install_line('accept')}") from None
     name = model or served_model(recipe)
     parser = any(o == "--reasoning-parser" for o, _ in recipe.serve_args)
     session = Session(url, name, api_key, recipe.verify, parser)
