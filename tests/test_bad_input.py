@@ -105,7 +105,7 @@ CASES = {
     "a 6-hex commit": (_short_commit, 1, "too short to match"),
     "two dist-infos for one distribution": (_two_dist_infos, 3, "2 installs of vllm-gaudi"),
     "nothing installed": (_nothing_installed, 3, "neither of vllm, vllm-gaudi is installed"),
-    "verify without torch": (_no_torch, 3, "the proofs need torch, which this Python lacks"),
+    "verify without torch": (_no_torch, 3, "the proofs need torch"),
     # click's own errors, one line as fixpack's (issue 57): what, and where the help is
     "--site naming a file": (_site_a_file, 2, "Invalid value for '--site': Directory"),
     "an unknown option": (_unknown_option, 2, "No such option '--dry-runn'. Did you mean '--dry-run'?"),

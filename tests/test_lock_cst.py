@@ -1,7 +1,10 @@
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
-from builders import PRISTINE, RUNNER
+from builders import PRISTINE, REPO, RUNNER
 from click.testing import CliRunner
 
 from fixpack.cli import main
@@ -91,3 +94,34 @@ def test_a_file_both_a_transform_and_a_diff_is_refused(cookbook):
     cookbook.profile(["twice"])
     r = CliRunner().invoke(main, ["list", "--profile", "v0.26.0"], catch_exceptions=False)
     assert r.exit_code == 2 and "a file is a transform or a diff, not both" in r.output
+
+
+def test_without_libcst_a_transform_s_lock_is_one_line_naming_the_authoring_extra(cookbook):
+    """Issue 57's sibling: a module of an extra missing where a command first imports it was a
+    traceback; it is the extra's install line, exit 3."""
+    d = cookbook.root / "fixes" / "cst-only"
+    d.mkdir(parents=True)
+    (d / "fix.toml").write_text(
+        'id = "cst-only"\ntitle = "t"\nwhy = "w"\n[upstream]\nstatus = "pending"\n[proof]\nlevel = "none"\n'
+        'reason = "test"\n[release."v0.26.0"]\ntransforms = "v0.26.0_cst.py"\n'
+    )
+    (d / "v0.26.0_cst.py").write_text(
+        "from fixpack.transforms import Transform, replace_body\n"
+        "TRANSFORMS = [Transform('vllm_gaudi/runner.py', [replace_body('f7', 'return 777')])]\n"
+    )
+    cookbook.profile(["cst-only"])
+    args = [a for dist, root in cookbook.sources.items() for a in ("--source", f"{dist}={root}")]
+    blocked = "import sys; sys.modules['libcst'] = None; from fixpack.cli import main; sys.argv[0] = 'fixpack'; main()"
+    r = subprocess.run(
+        [sys.executable, "-c", blocked, "lock", "--profile", "v0.26.0", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "FIXPACK_COOKBOOK": str(cookbook.root)},
+    )
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.splitlines() == [
+        "fixpack: error: the Python module 'libcst' is missing: this command needs fixpack's authoring extra, "
+        f"{Path(sys.executable).name} -m pip install -e '{REPO}[authoring]'"
+    ]
+    assert not (d / "v0.26.0.lock.json").exists()

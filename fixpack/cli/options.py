@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..cookbook.catalog import Catalog
-from ..errors import INTERRUPTED, FixpackError, UsageError
+from ..errors import INTERRUPTED, EnvironmentProblem, FixpackError, UsageError
 from . import render
 
 __all__ = ["SITE", "JSON", "SOURCE", "SOURCE_ENV", "ErrorShape", "guard", "catalog", "sources"]
@@ -74,11 +74,30 @@ def guard(error_json: ErrorShape) -> Callable[[Callable[..., int | None]], Calla
             except KeyboardInterrupt:
                 render.interrupted()
                 code = INTERRUPTED
+            except ModuleNotFoundError as exc:
+                missing = _extra_missing(exc)
+                if missing is None:
+                    raise  # not one an extra installs: a bug, with its traceback
+                render.error(missing)
+                code = missing.exit_code
             sys.exit(code)
 
         return wrapper
 
     return decorate
+
+
+def _extra_missing(exc: ModuleNotFoundError) -> EnvironmentProblem | None:
+    """A module of one of fixpack's extras, missing where a command first imports it (libcst for a
+    transform, coverage, cyclonedx, openai): exit 3 naming the line that installs the extra."""
+    from ..extras import install_line, providing
+
+    extra = providing(exc.name or "")
+    if extra is None:
+        return None
+    return EnvironmentProblem(
+        f"the Python module {exc.name!r} is missing: this command needs fixpack's {extra} extra, {install_line(extra)}"
+    )
 
 
 def catalog() -> Catalog:
