@@ -89,3 +89,17 @@ def test_a_recipe_nested_thousands_deep_is_one_line(cookbook, deep):
     r = run_cli("recipe", "check", timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.count("\n") == 1 and "recipe.yaml:1: nested too deep or too large to read" in r.stderr
+
+
+def test_upstreams_yaml_nested_thousands_deep_is_one_line(tmp_path):
+    """The other YAML fixpack reads: vLLM's recipe for --upstream, upstream's pre-commit config."""
+    from fixpack.commands.maintain.proving.style import hooks
+    from fixpack.commands.recipes.recipe_upstream import _load
+    from fixpack.errors import UsageError
+
+    deep = "repos: " + "[" * 3000 + "]" * 3000 + "\n"
+    (tmp_path / ".pre-commit-config.yaml").write_text(deep)
+    (tmp_path / "recipe.yaml").write_text(deep)
+    for read in (lambda: hooks(tmp_path), lambda: _load(tmp_path / "recipe.yaml")):
+        with pytest.raises(UsageError, match="nested too deep or too large"):
+            read()

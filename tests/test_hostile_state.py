@@ -148,3 +148,14 @@ def test_a_journal_index_that_is_a_fifo_is_refused_without_hanging(cookbook, sit
     os.mkfifo(index)
     r = run_cli("status", "--site", str(site.path), env=env_of(cookbook), timeout=60)
     assert r.returncode == 3 and "is not a regular file" in one_line_error(r.stderr)
+
+
+@AS_ROOT
+def test_an_overlay_over_an_in_place_state_another_user_could_write_is_refused(applied, tmp_path):
+    """apply --overlay reads the in-place manifest to refuse an overlay over fixes applied in place:
+    that read too is only of a state no other user could write."""
+    cookbook, site = applied
+    _chown(site.path / STATE / "manifest.json", 65534)
+    r = run_cli(*APPLY, "--site", str(site.path), "--overlay", str(tmp_path / "ov"), env=env_of(cookbook))
+    assert r.returncode == 3 and "can be written by uid 65534, its owner" in one_line_error(r.stderr)
+    assert not (tmp_path / "ov").exists()

@@ -37,6 +37,12 @@ COMMANDS = {
 }
 
 
+# click 8.2 on raises this for a group run bare; earlier clicks print the help themselves
+NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
+    c for c in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if c is not None
+)
+
+
 def one_line(run: Callable[..., Any], *args: Any, **kwargs: Any) -> NoReturn:
     """Run a click entry point (``Command.main``) so that its own errors are one line, as fixpack's
     are: a bad option or value exits 2 saying what and where its help is, Ctrl-C while click parses
@@ -47,7 +53,7 @@ def one_line(run: Callable[..., Any], *args: Any, **kwargs: Any) -> NoReturn:
         print(INTERRUPTED_LINE, file=sys.stderr)
         sys.exit(INTERRUPTED)
     except click.exceptions.ClickException as exc:
-        if type(exc).__name__ == "NoArgsIsHelpError":  # a group run bare (click 8.2 on): its help, as click shows it
+        if isinstance(exc, NO_ARGS_IS_HELP):  # a group run bare: its help, as click shows it
             exc.show()
             sys.exit(exc.exit_code)
         ctx = getattr(exc, "ctx", None)

@@ -381,9 +381,8 @@ def _profiles_for(book: Catalog, site: Path | None) -> str:
     """The profiles to choose from, and the one that fits the site, when one does."""
     from ..commands.install.pins import fitting
 
-    names = ", ".join(f"{p.name} ({' and '.join(pin.dist for pin in p.pins)})" for p in book.usable)
     try:
         fits = fitting(book, site)
     except FixpackError:
         fits = []
-    return f"profiles: {names}" + (f"; {fits[0].name} fits what is installed here" if fits else "")
+    return f"profiles: {book.usable_listed()}" + (f"; {fits[0].name} fits what is installed here" if fits else "")

@@ -161,9 +161,12 @@ class Catalog:
         fits = [p for p in self.usable if {pin.dist for pin in p.pins} == set(dists)]
         if len(fits) == 1:
             return fits[0]
-        known = ", ".join(f"{p.name} ({' and '.join(pin.dist for pin in p.pins)})" for p in self.usable) or "none"
         given = f" for {' and '.join(sorted(dists))}" if dists else ""
-        raise UsageError(f"give --profile NAME{given} (this cookbook has: {known})")
+        raise UsageError(f"give --profile NAME{given} (this cookbook has: {self.usable_listed()})")
+
+    def usable_listed(self) -> str:
+        """The usable profiles, each with the distributions it pins, for a message."""
+        return ", ".join(f"{p.name} ({' and '.join(pin.dist for pin in p.pins)})" for p in self.usable) or "none"
 
     def profile(self, name: str, drafts: bool = False) -> Profile:
         """``name``'s profile; a draft only with ``drafts`` (port and lock, which finish one)."""

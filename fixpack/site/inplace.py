@@ -103,7 +103,7 @@ class InPlace:
         went = [p for p in old.files if p not in files and p not in new.files]
         went += [f"{name}/RECORD" for name in old.record_digests if name not in present]
         writes += [
-            Write(pristine_copy(self.state_dir, p), None) for p in went if read_file(pristine_copy(self.state_dir, p))
+            Write(pristine_copy(self.state_dir, p), None) for p in went if pristine_copy(self.state_dir, p).exists()
         ]
         rows = {p.relative_to(self.site).as_posix(): c for p, c in runtime.items() if c is not None}
         record_writes, digests = records_after(

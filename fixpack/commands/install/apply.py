@@ -18,12 +18,12 @@ from typing import Protocol
 from ...cookbook.catalog import Catalog
 from ...core.names import suggest
 from ...core.plan import resolve
-from ...errors import EnvironmentProblem, Refused, UsageError
+from ...errors import Refused, UsageError
 from ...models import Action, Plan
 from ...site.manifest import Manifest
 from ...site.warm import exec_command
 from .expect import as_expected, expectation, refuse_unexpected
-from .pins import check_commits, fitting, installed, refuse_beside
+from .pins import check_commits, installed, refuse_beside
 from .pipeline import (
     already_applied,
     destination,
@@ -83,15 +83,7 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
     for name in request.opt_ins:
         if name not in catalog.fixes:
             raise UsageError(f"unknown fix {name!r}{suggest(name, list(profile.pack))}", fix_id=name)
-    try:
-        env, dists = installed(profile, request.site, request.overlay)
-    except EnvironmentProblem as missing:
-        fits = [p.name for p in fitting(catalog, request.site) if p.name != profile.name]
-        if not fits or "fixpack revert" in missing.message:
-            raise
-        raise EnvironmentProblem(
-            f"{missing.message}; profile {fits[0]} pins what is installed here: --profile {fits[0]}", path=missing.path
-        ) from None
+    env, dists = installed(profile, request.site, request.overlay, catalog)
     refuse_beside(catalog, profile, env)
     commit_notes = check_commits(profile, dists, request.allow_unpinned)
     result.notes += commit_notes

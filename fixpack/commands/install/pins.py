@@ -9,41 +9,61 @@ from pathlib import Path
 from ...cookbook.catalog import Catalog
 from ...core.names import canonical
 from ...errors import EnvironmentProblem, Refused
-from ...models import Profile
+from ...models import Pin, Profile
 from ...site import commits
 from ...site.distributions import Distribution, Environment
 from ...site.layout import MANIFEST
 from ...site.overlay import Overlay
 
-__all__ = ["installed", "remaining", "fitting", "gone_notes", "dist_of", "refuse_beside", "check_commits"]
+__all__ = [
+    "installed",
+    "all_pins",
+    "remaining",
+    "fitting",
+    "gone_notes",
+    "dist_of",
+    "refuse_beside",
+    "check_commits",
+    "mismatches",
+]
 
 
 def installed(
-    profile: Profile, site: Path | None, overlay: Path | None = None
+    profile: Profile, site: Path | None, overlay: Path | None = None, catalog: Catalog | None = None
 ) -> tuple[Environment, dict[str, Distribution]]:
-    """The environment and each pinned distribution in it (EnvironmentProblem if one is missing,
-    saying how back where fixes are applied, in place or in ``overlay``, to what remains)."""
+    """The environment and each pinned distribution in it. EnvironmentProblem when one is missing,
+    saying the way on: where fixes are applied (in place, or in ``overlay``) to what remains,
+    reinstall or revert; else, given the ``catalog``, the profile that fits what is installed."""
     env, dists, gone = remaining(profile, site)
-    if gone:
-        try:
-            env.get(gone[0])
-        except EnvironmentProblem as missing:
-            state_dir = Overlay(overlay).state_dir if overlay else env.state_dir if env.found else None
-            if state_dir is None or not (state_dir / MANIFEST).is_file():
-                raise
-            raise EnvironmentProblem(
-                f"{missing}; fixes are applied to what remains: reinstall it, or take them back with fixpack revert",
-                path=missing.path,
-            ) from None
-    return env, dists
+    if not gone:
+        return env, dists
+    try:
+        env.get(gone[0])  # the refusal, as every command words a distribution that is not installed
+    except EnvironmentProblem as missing:
+        way_on = _way_on(env, overlay, profile, catalog)
+        if not way_on:
+            raise
+        raise EnvironmentProblem(f"{missing}; {way_on}", path=missing.path) from None
+    raise AssertionError(f"{gone[0]} is both found and gone")
+
+
+def _way_on(env: Environment, overlay: Path | None, profile: Profile, catalog: Catalog | None) -> str:
+    state_dir = Overlay(overlay).state_dir if overlay else env.state_dir if env.found else None
+    if state_dir is not None and (state_dir / MANIFEST).is_file():
+        return "fixes are applied to what remains: reinstall it, or take them back with fixpack revert"
+    fits = [p.name for p in fitting(catalog, env.site) if p.name != profile.name] if catalog else []
+    return f"profile {fits[0]} pins what is installed here: --profile {fits[0]}" if fits else ""
+
+
+def all_pins(catalog: Catalog) -> dict[str, str]:
+    """Every distribution any profile pins: canonical name -> import package."""
+    return {p.dist: p.package for prof in catalog.profiles.values() for p in prof.pins}
 
 
 def fitting(catalog: Catalog, site: Path | None) -> list[Profile]:
     """The usable profiles whose pinned distributions are all installed and none they name in
     ``[instead]`` is: the ones that fit this site, the one that pins the most first."""
-    found = set(
-        Environment.read({p.dist: p.package for prof in catalog.profiles.values() for p in prof.pins}, site).found
-    )
+    found = set(Environment.read(all_pins(catalog), site).found)
     fits = [
         p
         for p in catalog.usable
@@ -97,39 +117,47 @@ def check_commits(profile: Profile, dists: dict[str, Distribution], allow_unpinn
     """Refuse a known commit the profile does not accept; say where each commit came from."""
     notes = []
     for pin in profile.pins:
-        dist = dists[pin.dist]
-        if dist.version == pin.version:
-            version_ok = True  # the usual case, without importing packaging (start-up time)
-        else:
-            from packaging.version import InvalidVersion, Version
-
-            try:
-                version_ok = Version(dist.version).public == Version(pin.version).public
-            except InvalidVersion:
-                version_ok = False
-        commit = dist.commit
-        if commit.id is None:
-            notes.append(
-                f"{pin.dist} {dist.version}: commit could not be read ({commit.source}); file fingerprints decide"
-            )
-            ok = version_ok
-        else:
-            listed = any(commits.matches(commit.id, c) for c in pin.commits)
-            ok = version_ok and (listed or pin.match == "fingerprints")
-            notes.append(
-                f"{pin.dist} {dist.version}: commit {commit.id} (from {commit.source})"
-                + ("" if listed or not ok else "; a build the profile does not list: file fingerprints decide")
-            )
-        if not ok:
-            what = f"version {dist.version}" + (f", commit {commit.id}" if commit.id else "")
-            if commit.id and len(commit.id) < commits.SHORTEST and version_ok:
-                what += f" (too short to match: at least {commits.SHORTEST} hex digits are needed)"
-            builds = f" at {', '.join(c[:12] for c in pin.commits)}" if pin.match == "commit" else " (any build)"
-            message = (
-                f"the image does not match profile {profile.name}: {pin.dist} is {what}; "
-                f"the profile pins {pin.version}{builds}"
-            )
+        note, mismatch = _judge(profile, pin, dists[pin.dist])
+        notes.append(note)
+        if mismatch is not None:
             if not allow_unpinned:
-                raise Refused(message + " (--allow-unpinned applies anyway if every fingerprint holds)")
-            notes.append(message + "; going on (--allow-unpinned): every fingerprint must hold")
+                raise Refused(mismatch + " (--allow-unpinned applies anyway if every fingerprint holds)")
+            notes.append(mismatch + "; going on (--allow-unpinned): every fingerprint must hold")
     return notes
+
+
+def mismatches(profile: Profile, dists: dict[str, Distribution]) -> list[str]:
+    """How the installed builds differ from the profile's pins, as the apply's refusal says it."""
+    return [m for pin in profile.pins if (m := _judge(profile, pin, dists[pin.dist])[1]) is not None]
+
+
+def _judge(profile: Profile, pin: Pin, dist: Distribution) -> tuple[str, str | None]:
+    """Where the commit came from, and why the build is not the pin's (None when it is)."""
+    if dist.version == pin.version:
+        version_ok = True  # the usual case, without importing packaging (start-up time)
+    else:
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            version_ok = Version(dist.version).public == Version(pin.version).public
+        except InvalidVersion:
+            version_ok = False
+    commit = dist.commit
+    if commit.id is None:
+        note = f"{pin.dist} {dist.version}: commit could not be read ({commit.source}); file fingerprints decide"
+        ok = version_ok
+    else:
+        listed = any(commits.matches(commit.id, c) for c in pin.commits)
+        ok = version_ok and (listed or pin.match == "fingerprints")
+        note = f"{pin.dist} {dist.version}: commit {commit.id} (from {commit.source})" + (
+            "" if listed or not ok else "; a build the profile does not list: file fingerprints decide"
+        )
+    if ok:
+        return note, None
+    what = f"version {dist.version}" + (f", commit {commit.id}" if commit.id else "")
+    if commit.id and len(commit.id) < commits.SHORTEST and version_ok:
+        what += f" (too short to match: at least {commits.SHORTEST} hex digits are needed)"
+    builds = f" at {', '.join(c[:12] for c in pin.commits)}" if pin.match == "commit" else " (any build)"
+    return note, (
+        f"the image does not match profile {profile.name}: {pin.dist} is {what}; the profile pins {pin.version}{builds}"
+    )

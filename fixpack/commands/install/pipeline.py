@@ -122,16 +122,16 @@ def refuse_drift(files: dict[str, InstalledFile], plan: Plan, recorded: dict[str
             continue
         chain = [pc.change for pc in plan.changes_for(path)]
         owner = chain[0].fix_id if chain else (recorded[path].fixes[0] if path in recorded else None)
-        details = ""
+        details, as_pip = "", False
         if f.base.state is FileState.DRIFTED:
             details = _how_it_differs(f, chain, recorded.get(path))
             pip_hash = f.dist.record_hash(path)
-            if pip_hash is not None and pip_hash == sha256(f.current):
+            as_pip = pip_hash is not None and pip_hash == sha256(f.current)
+            if as_pip:
                 details = (details + "\n" if details else "") + (
                     "the file is as pip installed it: this build differs from the pinned release"
                 )
         message = f"{f.base.state.value}: {path} ({f.dist.name}, {f.dist.file(path)}): {f.base.problem}"
-        as_pip = "this build differs from the pinned release" in details
         problems.append(Refused(message, fix_id=owner, path=path, details=details, way_out=_drift_way_out(f, as_pip)))
     if problems:
         first = problems[0]

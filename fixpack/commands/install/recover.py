@@ -11,7 +11,7 @@ from ...cookbook.catalog import Catalog
 from ...site.distributions import Environment
 from ...site.inplace import InPlace
 from ...site.state import refuse_untrusted
-from .status import all_pins
+from .pins import all_pins
 
 __all__ = ["recover"]
 

@@ -13,7 +13,7 @@ from ...errors import Refused, UsageError
 from ...models import Action, Profile
 from ...site.distributions import Environment
 from ...site.manifest import Manifest
-from .pins import dist_of, gone_notes, remaining
+from .pins import all_pins, dist_of, gone_notes, remaining
 from .pipeline import (
     destination,
     manifest_last,
@@ -26,7 +26,6 @@ from .pipeline import (
     usage_notes,
 )
 from .results import FixResult, Result
-from .status import all_pins
 
 __all__ = ["revert"]
 
@@ -55,7 +54,6 @@ def revert(
                 )
         removing = with_dependents(catalog.fixes, set(names or manifest.fixes), manifest.fixes)
         keep = tuple(f for f in manifest.fixes if f not in removing)
-        refuse_keeping_foreign(catalog, profile, keep)
         recorded = recognised_against(held)
         plan = resolve(catalog.fixes, profile, (), keep=tuple(f for f in manifest.fixes if f in profile.pack))
         # The files to rebuild: every file the fixes patched where they patch in place (each goes
@@ -95,19 +93,9 @@ def revert(
 def refuse_keeping(
     catalog: Catalog, profile: Profile, keep: tuple[str, ...], went: list[str], gone: tuple[str, ...]
 ) -> None:
-    """Refuse to keep a fix applied whose files went with a removed distribution."""
-    stranded = [f for f in keep if any(c.path in went for c in catalog.fixes[f].changes[profile.release])]
-    if stranded:
-        raise Refused(
-            f"{', '.join(gone)} is no longer installed, and {', '.join(stranded)}, which would stay applied, "
-            f"patched it: revert {'them' if len(stranded) > 1 else 'it'} too, or every fix (fixpack revert)",
-            fix_id=stranded[0],
-        )
-
-
-def refuse_keeping_foreign(catalog: Catalog, profile: Profile, keep: tuple[str, ...]) -> None:
-    """Refuse to keep a fix applied that the profile's pack no longer has: the files it shares with
-    the rest could not be rebuilt without it, nor with it. Reverted too, it goes back with the rest."""
+    """Refuse to keep a fix applied that could no longer be rebuilt: one the profile's pack no
+    longer has (the files it shares with the rest could be rebuilt neither with it nor without it),
+    or one whose files went with a removed distribution. Reverted too, each goes back with the rest."""
     foreign = [f for f in keep if f not in profile.pack]
     if foreign:
         where = "this cookbook" if any(f not in catalog.fixes for f in foreign) else f"profile {profile.name}'s pack"
@@ -116,4 +104,11 @@ def refuse_keeping_foreign(catalog: Catalog, profile: Profile, keep: tuple[str, 
             f"{', '.join(foreign)}, which would stay applied, {'is' if it == 'it' else 'are'} not in {where}: revert "
             f"{it} too (fixpack revert {' '.join(foreign)}), or every fix (fixpack revert)",
             fix_id=foreign[0],
+        )
+    stranded = [f for f in keep if any(c.path in went for c in catalog.fixes[f].changes[profile.release])]
+    if stranded:
+        raise Refused(
+            f"{', '.join(gone)} is no longer installed, and {', '.join(stranded)}, which would stay applied, "
+            f"patched it: revert {'them' if len(stranded) > 1 else 'it'} too, or every fix (fixpack revert)",
+            fix_id=stranded[0],
         )

@@ -10,7 +10,7 @@ from ...errors import EnvironmentProblem
 from ...models import FileState, Profile
 from ...runtime import check, fixset
 from ...site.distributions import Environment
-from .pins import dist_of, fitting, gone_notes, installed, remaining
+from .pins import all_pins, dist_of, fitting, gone_notes, installed, remaining
 from .pipeline import (
     destination,
     fix_state,
@@ -23,12 +23,7 @@ from .pipeline import (
 )
 from .results import StatusResult
 
-__all__ = ["status", "all_pins", "site_profile"]
-
-
-def all_pins(catalog: Catalog) -> dict[str, str]:
-    """Every distribution any profile pins: canonical name -> import package."""
-    return {p.dist: p.package for prof in catalog.profiles.values() for p in prof.pins}
+__all__ = ["status", "site_profile"]
 
 
 def site_profile(catalog: Catalog, site: Path | None, overlay: Path | None = None) -> str | None:

@@ -42,9 +42,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from ...cookbook.tomlfile import tomllib
-from ...errors import EnvironmentProblem, FixpackError, UsageError
+from ...errors import EnvironmentProblem, UsageError
 from ...models import Profile
-from ..install.pins import check_commits, installed
+from ..install.pins import installed, mismatches
 from . import history
 from .site_inputs import check_repo, check_target, check_tools, check_wheel, why
 
@@ -278,11 +278,8 @@ def _place(staging: Path, site: Path) -> None:
 def unpinned(profile: Profile, site: Path) -> str | None:
     """Why the apply would refuse the site built (its versions or commits are not the profile's
     pins: another --ref), as the apply says it; None when they are."""
-    try:
-        check_commits(profile, installed(profile, site)[1], allow_unpinned=False)
-    except FixpackError as refused:
-        return refused.message.partition(" (--allow-unpinned")[0]
-    return None
+    found = mismatches(profile, installed(profile, site)[1])
+    return found[0] if found else None
 
 
 def next_step(profile: Profile, site: Path, cookbook: Path, allow_unpinned: bool = False) -> str:

@@ -38,8 +38,9 @@ from ...site.distributions import Distribution, Environment
 from ...site.manifest import Manifest
 from ...site.overlay import HOOK, Overlay
 from ...site.state import read_file
+from ..install.pins import all_pins
 from ..install.pipeline import holds_plan
-from ..install.status import all_pins, status
+from ..install.status import status
 from ..maintain.upstream.diff import messages
 
 __all__ = [
