@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 
-from builders import RUNNER
+from builders import REPO, RUNNER
 from trees import sources_args
 
 # f5 must return 55; the proof never passes flag=True, so the branch's two lines never run.
@@ -100,7 +100,7 @@ def test_verify_coverage_without_coverage_py_says_how_to_install_it(cli, cookboo
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "coverage" else real(name, *a))
     r = cli("verify", "--coverage", *sources_args(cookbook))
     assert r.exit_code == 3, r.output
-    assert "pip install 'coverage>=7.10'" in r.output
+    assert f"-m pip install -e '{REPO}[coverage]'" in r.output
 
 
 def test_verify_without_coverage_keeps_its_json(cli, cookbook):

@@ -180,12 +180,11 @@ def _proofs_can_run() -> None:
 
 
 def _coverage_can_run() -> None:
-    import importlib.util
+    from ..extras import install_line, missing
 
-    if importlib.util.find_spec("coverage") is None:
+    if missing("coverage"):
         raise EnvironmentProblem(
-            "verify --coverage needs coverage.py, which this Python lacks: "
-            f"{Path(sys.executable).name} -m pip install 'coverage>=7.10'"
+            f"verify --coverage needs coverage.py, which this Python lacks: {install_line('coverage')}"
         )
 
 
