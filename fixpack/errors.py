@@ -50,6 +50,11 @@ class FixpackError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    @property
+    def said(self) -> str:
+        """The one line a user reads: the message, then the way out when it is separate."""
+        return f"{self.message}. {self.way_out}" if self.way_out else self.message
+
 
 class Refused(FixpackError):
     """Drift, commit mismatch, a change that does not apply or compile: nothing was changed."""

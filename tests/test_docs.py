@@ -220,6 +220,18 @@ def test_every_link_of_the_site_leads_to_a_page_and_a_heading():
     assert wrong == []
 
 
+def test_every_page_fixpack_s_messages_name_exists_with_its_heading():
+    """A refusal's way out names a page (issue 57): each docs/....md[#anchor] in fixpack's source,
+    the runtime's and fixes/apply_all.py's included, leads to a page and a heading."""
+    named = {
+        (source_file.relative_to(REPO), target)
+        for source_file in [*(REPO / "fixpack").rglob("*.py"), REPO / "fixes" / "apply_all.py"]
+        for target in re.findall(r"docs/[\w/.-]+\.md(?:#[\w-]+)?", source_file.read_text(encoding="utf-8"))
+    }
+    assert len(named) > 8
+    assert [f"{where}: {w}" for where, target in sorted(named) for w in broken(REPO, [target])] == []
+
+
 def test_every_page_is_in_a_table_of_contents():
     listed = {DOCS / "index.md"}
     for page in pages():

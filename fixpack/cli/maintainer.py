@@ -16,11 +16,11 @@ from .options import sources as parse_sources
 
 
 def _verify_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {"ok": False, "results": [], "error": exc.message}
+    return {"ok": False, "results": [], "error": exc.said}
 
 
 def _ok_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {"ok": False, "error": exc.message}
+    return {"ok": False, "error": exc.said}
 
 
 JOBS = click.option(

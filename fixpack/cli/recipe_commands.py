@@ -15,7 +15,7 @@ from .options import JSON, catalog, guard
 
 
 def _error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {"ok": False, "error": exc.message, "file": exc.path, "line": exc.line}
+    return {"ok": False, "error": exc.said, "file": exc.path, "line": exc.line}
 
 
 @click.group("recipe")
@@ -189,7 +189,7 @@ def _show_human(r: Any) -> None:
 
 
 def _check_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {"ok": False, "recipes": [], "notes": [], "error": exc.message, "file": exc.path, "line": exc.line}
+    return {"ok": False, "recipes": [], "notes": [], "error": exc.said, "file": exc.path, "line": exc.line}
 
 
 @recipe.command()
@@ -237,7 +237,7 @@ def check(slugs: tuple[str, ...], upstream: Path | None, as_json: bool) -> int:
 
 
 def _accept_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {"ok": False, "checks": [], "error": exc.message, "file": exc.path, "line": exc.line}
+    return {"ok": False, "checks": [], "error": exc.said, "file": exc.path, "line": exc.line}
 
 
 @recipe.command()

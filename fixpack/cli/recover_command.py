@@ -12,7 +12,7 @@ from .options import SITE, catalog, guard
 
 
 def _error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {"error": exc.message}
+    return {"error": exc.said}
 
 
 @click.command()

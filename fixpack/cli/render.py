@@ -106,7 +106,7 @@ def interrupted() -> None:
 
 def error(exc: FixpackError, err: TextIO | None = None) -> None:
     err = err or sys.stderr
-    print(f"fixpack: error: {exc.message}", file=err)
+    print(f"fixpack: error: {exc.said}", file=err)
     if exc.details:
         print(exc.details, file=err)
 
@@ -119,7 +119,7 @@ def result_json(result: Result) -> dict[str, Any]:
             {"id": f.id, "action": f.action, "reason": f.reason, "files": [list(x) for x in f.files]}
             for f in result.fixes
         ],
-        "error": None if result.error is None else result.error.message,
+        "error": None if result.error is None else result.error.said,
         "notes": result.notes,
     }
 

@@ -48,15 +48,15 @@ class ExecCommand(click.Command):
 
 
 def result_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {"ok": False, "profile": kwargs.get("profile"), "fixes": [], "error": exc.message, "notes": []}
+    return {"ok": False, "profile": kwargs.get("profile"), "fixes": [], "error": exc.said, "notes": []}
 
 
 def _status_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {"profile": kwargs.get("profile"), "distributions": [], "fixes": [], "notes": [], "error": exc.message}
+    return {"profile": kwargs.get("profile"), "distributions": [], "fixes": [], "notes": [], "error": exc.said}
 
 
 def _list_error(exc: FixpackError, kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {"profile": kwargs.get("profile"), "fixes": [], "error": exc.message}
+    return {"profile": kwargs.get("profile"), "fixes": [], "error": exc.said}
 
 
 APPLY_ENVIRONMENT = (

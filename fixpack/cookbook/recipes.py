@@ -167,7 +167,13 @@ def _display(path: Path, root: Path) -> str:
 
 
 def _error(shown: str, line: int, reason: str) -> UsageError:
-    return UsageError(f"invalid recipe {shown}:{line}: {reason}", path=shown, line=line)
+    return UsageError(
+        f"invalid recipe {shown}:{line}: {reason}",
+        path=shown,
+        line=line,
+        way_out="To go on: correct it as docs/reference/formats.md#a-recipe-recipesorgmodelyaml says; "
+        "fixpack recipe check reads every recipe again",
+    )
 
 
 def _compose(text: str, shown: str) -> tuple[Any, dict[Where, int]]:

@@ -16,11 +16,28 @@ else:  # pragma: no cover - Python 3.10
 from ..errors import UsageError
 from ..runtime.index import read_regular
 
-__all__ = ["tomllib", "read", "quote", "invalid"]
+__all__ = ["tomllib", "read", "quote", "invalid", "way_out"]
 
 
 def invalid(where: Path, reason: str) -> UsageError:
-    return UsageError(f"invalid {where}: {reason}", path=str(where))
+    """A cookbook file that is not what its format says: exit 2, with the format's section to correct
+    it by and the command that reads the cookbook again."""
+    return UsageError(f"invalid {where}: {reason}", path=str(where), way_out=way_out(where))
+
+
+def way_out(where: Path) -> str:
+    if where.name.endswith(".lock.json"):
+        return (
+            "To go on: fixpack lock --profile NAME --source DIST=DIR rewrites the fingerprints from the "
+            "pinned trees (docs/reference/formats.md#the-lock-file)"
+        )
+    if "profiles" in where.parts:
+        page = "docs/reference/formats.md#a-profile-profilesnametoml"
+    elif "fixes" in where.parts:
+        page = "docs/reference/formats.md#a-fix-fixesid"
+    else:
+        page = "docs/reference/formats.md#on-disk-formats"
+    return f"To go on: correct it as {page} says; fixpack list reads the cookbook again"
 
 
 TOML_LIMIT = 4 << 20  # a fix.toml or a profile is a few kB
