@@ -51,6 +51,7 @@ from vllm_serve import (
     assert_checked_everywhere,
     assert_no_fixpack,
     copy_env,
+    documented_lines,
     entry_point,
     fix_set,
     serve_args,
@@ -164,6 +165,11 @@ def test_overlay_tp2(serve_env: ServeEnv, tiny_model: Path, tmp_path: Path) -> N
         fixed_s = time.monotonic() - start
         digest = fix_set(serve_env.python, serve_env.site, "--overlay", str(overlay))
         assert_checked_everywhere(fixed, tree, digest, f"overlay {overlay}", workers=2)
+        page = REPO / "docs" / "operators" / "try-on-a-cpu.md"
+        shown = documented_lines(page, overlay)
+        assert len(shown) == 2 and [p.pattern for p in shown if not p.search(fixed.text())] == [], (
+            f"{page.name}: a line it shows that this server did not log"
+        )
         stock_answers, _ = serve_and_ask(stock, tiny_model)
         assert_no_fixpack(stock)
         assert_same_answers(answers, stock_answers)

@@ -36,6 +36,21 @@ AGREE_LINE = re.compile(
 )
 
 
+def documented_lines(page: Path, overlay: Path) -> list[re.Pattern[str]]:
+    """The fixpack log lines a docs page shows (its ``text`` blocks that start "fixpack: "), each a
+    pattern a real server's line matches: "..." any text, N/R/P a pid or rank, a time any time, the
+    page's overlay ``/tmp/fixpack-overlay`` the test's ``overlay``; all else as shown."""
+    shown = [b for b in re.findall(r"```text\n(.*?)\n```", page.read_text(encoding="utf-8"), re.S)]
+    patterns = []
+    for line in (b for b in shown if b.startswith("fixpack: ") and "\n" not in b):
+        pattern = re.escape(line).replace(re.escape("/tmp/fixpack-overlay"), re.escape(str(overlay)))
+        pattern = pattern.replace(re.escape("..."), ".*")
+        pattern = re.sub(r"(pid|rank)\\ [NRP]\b", r"\1\\ \\d+", pattern)
+        pattern = re.sub(r"in\\ [\d\\.]+\\ ms", r"in\\ [\\d.]+\\ ms", pattern)
+        patterns.append(re.compile(pattern))
+    return patterns
+
+
 ROLE = re.compile(r"^\((?P<role>APIServer|EngineCore\w*|Worker\w*) pid=(?P<pid>\d+)\)", re.MULTILINE)
 
 
