@@ -109,7 +109,7 @@ class Change:
     deletes: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Upstream:
     """Where a fix stands upstream, as DEP-3 (Debian's patch tagging guidelines) records it.
 
@@ -137,7 +137,7 @@ def upstream_status(forwarded: str, applied_upstream: str = "", origin: str = ""
     return "pending" if forwarded in ("", "no") else "submitted"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Proof:
     level: str  # one of PROOF_LEVELS, as the fix claims it
     reason: str = ""
@@ -146,7 +146,7 @@ class Proof:
     unreachable: tuple[tuple[str, str], ...] = ()  # (added line id, why): lines verify --coverage need not see run
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Fix:
     id: str
     title: str
@@ -172,7 +172,7 @@ class Fix:
         return tuple(self.changes)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Pin:
     """A distribution a release pins: name, import package, version and accepted commits.
 
@@ -187,7 +187,7 @@ class Pin:
     match: str = "commit"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Profile:
     name: str
     release: str

@@ -25,24 +25,24 @@ def change(fix_id: str, before: bytes | None, after: bytes | None, path: str = "
 
 def fix(fix_id: str, *changes: Change, requires=(), conflicts=(), opt_in=False) -> Fix:
     return Fix(
-        fix_id,
-        f"title {fix_id}",
-        "why",
-        tuple(requires),
-        tuple(conflicts),
-        opt_in,
-        Upstream("pending"),
-        Proof("none", "test"),
-        "",
-        {"r1": changes},
+        id=fix_id,
+        title=f"title {fix_id}",
+        why="why",
+        requires=tuple(requires),
+        conflicts=tuple(conflicts),
+        opt_in=opt_in,
+        upstream=Upstream(status="pending"),
+        proof=Proof(level="none", reason="test"),
+        verified_on="",
+        changes={"r1": changes},
     )
 
 
-PIN = (Pin("d", "pkg", "1.0", ("abc",)),)
+PIN = (Pin(dist="d", package="pkg", version="1.0", commits=("abc",)),)
 
 
 def profile(pack: list[str], opt_ins: list[str] = ()) -> Profile:  # type: ignore[assignment]
-    return Profile("p1", "r1", "", PIN, tuple(pack), tuple(opt_ins))
+    return Profile(name="p1", release="r1", description="", pins=PIN, pack=tuple(pack), opt_ins=tuple(opt_ins))
 
 
 # plan -------------------------------------------------------------------------------------------

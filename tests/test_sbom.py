@@ -524,7 +524,7 @@ def test_help_says_what_the_document_holds(cli):
     ],
 )
 def test_the_patch_type_rule(fields, expected):
-    assert patch_type(Upstream("pending", **fields)) == expected
+    assert patch_type(Upstream(status="pending", **fields)) == expected
 
 
 def test_references_become_urls():
@@ -538,8 +538,18 @@ def test_references_become_urls():
 
 def test_a_fix_with_several_bugs_resolves_each_with_the_pull_requests_it_names():
     bugs = ("vllm-project/vllm#1", "https://bugs.example.org/2")
-    up = Upstream("submitted", forwarded="vllm-project/vllm#9", bug=bugs, origin="abc1234")
-    fix = Fix("f", "Fix f", "why", (), (), False, up, Proof("none"), "")
+    up = Upstream(status="submitted", forwarded="vllm-project/vllm#9", bug=bugs, origin="abc1234")
+    fix = Fix(
+        id="f",
+        title="Fix f",
+        why="why",
+        requires=(),
+        conflicts=(),
+        opt_in=False,
+        upstream=up,
+        proof=Proof(level="none"),
+        verified_on="",
+    )
     found = issues(fix, "vllm-project/vllm")
     assert [(i.id, i.name, i.description) for i in found] == [
         (b, None, "resolved by fixpack fix f: Fix f") for b in bugs

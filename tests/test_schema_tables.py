@@ -124,3 +124,60 @@ def test_a_backports_title_and_why_read_back_as_given():
     data = tomllib.loads(backport_skeleton("a-fix", "v1", 'Fix "it" \\ now', "has ''' in it\n", "abc1234"))
     assert (data["title"], data["why"]) == ('Fix "it" \\ now', "has ''' in it")
     assert data["upstream"] == {"forwarded": "not-needed", "origin": "abc1234", "bug": [], "note": ""}
+
+
+# --- each field declared once (issue 58): the models are their tables ----------------------------
+
+# What a model holds that no key of its file gives: where the file is, what the loader works out.
+NOT_FROM_THE_FILE = {
+    "Fix": {"source"},
+    "Proof": {"script"},
+    "Profile": {"name", "draft"},
+    "Recipe": {"path", "shown", "lines"},
+}
+
+
+def _models():
+    from fixpack.cookbook import checks, fix_module, profiles, recipes
+    from fixpack.models import Fix, Pin, Profile, Proof, Upstream
+
+    return [
+        (checks.Verify, checks.VERIFY_TABLE),
+        (checks.Check, checks.CHECK_TABLE),
+        (Fix, fix_module.FIX_TABLE),
+        (Proof, fix_module.PROOF),
+        (Upstream, fix_module.UPSTREAM),
+        (Profile, profiles.PROFILE_TABLE),
+        (Pin, profiles.PIN_TABLE),
+        (recipes.Recipe, recipes.RECIPE_TABLE),
+        (recipes.Upstream, recipes.UPSTREAM_TABLE),
+    ]
+
+
+@pytest.mark.parametrize("model, table", _models(), ids=lambda x: getattr(x, "__name__", ""))
+def test_each_model_is_its_table_s_keys_and_what_is_not_in_the_file(model, table):
+    import dataclasses
+
+    held = {f.name for f in dataclasses.fields(model)}
+    filled = set(schema.attributes(table))
+    assert filled | NOT_FROM_THE_FILE.get(model.__name__, set()) == held
+    assert all(f.kw_only for f in dataclasses.fields(model)), "built by keyword, so a field goes anywhere"
+
+
+def test_a_new_key_is_its_table_line_and_its_use():
+    """A key added to a table (here ``tags``, to a copy of the pin's) reaches the model by its line
+    alone where the model has the attribute; one the model lacks is an error naming the key, never
+    dropped."""
+    import dataclasses
+
+    from fixpack.cookbook.profiles import PIN_TABLE
+    from fixpack.models import Pin
+
+    tagged = dataclasses.make_dataclass(
+        "TaggedPin", [("tags", tuple, dataclasses.field(default=(), kw_only=True))], bases=(Pin,), frozen=True
+    )
+    table = Table(*PIN_TABLE.fields.values(), Field("tags", STRINGS, []))
+    data = schema.check({"dist": "d", "package": "p", "version": "1", "tags": ["a"]}, table, (), TOML, Refused)
+    assert schema.build(tagged, table, data).tags == ("a",)
+    with pytest.raises(TypeError, match="Pin has no attribute 'tags' for the key tags"):
+        schema.build(Pin, table, data)

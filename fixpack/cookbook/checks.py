@@ -95,7 +95,7 @@ VERIFY_TABLE = Table(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Check:
     id: str
     predicate: str
@@ -112,7 +112,7 @@ class Check:
     timeout_s: float | None  # per request, over the section's
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Verify:
     max_tokens: int  # the budget a request gets when it names none (the page's "real token budget")
     timeout_s: float  # per request
@@ -133,12 +133,7 @@ def read_verify(value: Any, fail: Fail) -> Verify:
         if c.id in seen:
             raise fail(("verify", "checks", i, "id"), f"check id {c.id!r} is given twice")
         seen.add(c.id)
-    return Verify(
-        max_tokens=top["max_tokens"],
-        timeout_s=float(top["timeout_s"]),
-        max_requests=top["max_requests"],
-        checks=tuple(checks),
-    )
+    return schema.build(Verify, VERIFY_TABLE, top, timeout_s=float(top["timeout_s"]), checks=tuple(checks))
 
 
 def _check(c: dict[str, Any], where: Where, fail: Fail) -> Check:
@@ -171,19 +166,15 @@ def _check(c: dict[str, Any], where: Where, fail: Fail) -> Check:
     if (c["row"] is None) != (c["result"] is None):
         raise fail(where, f"check {cid}: a page row needs both row and result")
     _expect(cid, predicate, expect, len(requests), (*where, "expect"), fail)
-    return Check(
+    return schema.build(
+        Check,
+        CHECK_TABLE,
+        c,
         id=cid,
-        predicate=predicate,
-        api=api,
-        requests=tuple(requests),
         expect=dict(expect),
-        fixes=tuple(fixes),
         note=_words(c["note"]),
         row=None if c["row"] is None else _words(c["row"]),
         result=None if c["result"] is None else _words(c["result"]),
-        table=c["table"],
-        repeat=c["repeat"],
-        healthy_after=c["healthy_after"],
         timeout_s=None if c["timeout_s"] is None else float(c["timeout_s"]),
     )
 

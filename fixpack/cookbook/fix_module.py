@@ -91,7 +91,7 @@ FIX_TABLE = Table(
     Field("verified_on", STR, ""),
     Field("upstream", table=UPSTREAM),
     Field("proof", table=PROOF),
-    Field("release", DICT, entries=RELEASE),
+    Field("release", DICT, entries=RELEASE, attr="changes"),
 )
 
 
@@ -109,17 +109,15 @@ def load_fix(fix_dir: Path) -> Fix:
     subject = _subject(data["subject"], where)
     proof = _proof(data["proof"], fix_dir, where)
     changes = {release: _changes(fix_dir, fix_id, release, spec, where) for release, spec in data["release"].items()}
-    return Fix(
+    return schema.build(
+        Fix,
+        FIX_TABLE,
+        data,
         id=fix_id,
         title=data["title"].strip(),
         why=data["why"].strip(),
-        requires=tuple(data["requires"]),
-        conflicts=tuple(data["conflicts"]),
-        supersedes=tuple(data["supersedes"]),
-        opt_in=data["opt_in"],
         upstream=upstream,
         proof=proof,
-        verified_on=data["verified_on"],
         changes=changes,
         source=str(fix_dir),
         subject=subject,
@@ -154,7 +152,8 @@ def _proof(proof: dict[str, Any], fix_dir: Path, where: Path) -> Proof:
     script = fix_dir / "proof.py"
     if level != "none" and not script.exists():
         raise invalid(where, f"proof.level {level!r} but {script.name} is missing")
-    return Proof(level, reason, str(script) if script.exists() else None, harmless, unreachable)
+    script_file = str(script) if script.exists() else None
+    return schema.build(Proof, PROOF, proof, script=script_file, harmless=harmless, unreachable=unreachable)
 
 
 def _changes(fix_dir: Path, fix_id: str, release: str, spec: dict[str, Any], where: Path) -> tuple[Change, ...]:
@@ -236,13 +235,18 @@ def load_upstream(table: dict[str, Any], where: Path) -> Upstream:
         if status is None:
             raise invalid(where, '[upstream] needs forwarded: a URL or owner/repo#N, "no", or "not-needed"')
         ref = (table["ref"] or "").strip()
-        return Upstream(
-            status,
-            ref,
-            note,
+        return schema.build(
+            Upstream,
+            UPSTREAM,
+            table,
+            status=status,
+            ref=ref,
+            note=note,
             forwarded=_OLD_FORWARDED.get(status, ref or "yes"),
+            bug=(),
             applied_upstream=ref if status == "upstream" else "",
             origin=ref if status == "backport" else "",
+            regressed_in="",
         )
     if table["ref"] is not None:
         raise invalid(where, "upstream.ref is the old form's: give forwarded, bug, origin or applied-upstream")
@@ -265,7 +269,19 @@ def load_upstream(table: dict[str, Any], where: Path) -> Upstream:
     derived = upstream_status(forwarded, applied, origin)
     if status is not None and status != derived:
         raise invalid(where, f"upstream.status {status!r} does not match the fields below it, which say {derived!r}")
-    return Upstream(derived, "", note, forwarded, tuple(bugs), applied, origin, regressed)
+    return schema.build(
+        Upstream,
+        UPSTREAM,
+        table,
+        status=derived,
+        ref="",
+        note=note,
+        forwarded=forwarded,
+        bug=tuple(bugs),
+        applied_upstream=applied,
+        origin=origin,
+        regressed_in=regressed,
+    )
 
 
 def _ref(table: dict[str, Any], key: str, where: Path) -> str:

@@ -12,9 +12,17 @@ from . import schema
 from .schema import DICT, LIST, STR, STRINGS, Field, Table
 from .tomlfile import invalid, quote
 
-__all__ = ["PROFILE_TABLE", "load_profile", "draft_profile"]
+__all__ = ["PROFILE_TABLE", "PIN_TABLE", "load_profile", "draft_profile"]
 
 MATCHES = ("commit", "fingerprints")
+PIN_TABLE = Table(
+    Field("dist", STR),
+    Field("package", STR),
+    Field("version", STR),
+    Field("commits", STRINGS, []),
+    Field("match", STR, "commit"),
+    wrong="each [[pin]] must be a table",
+)
 PROFILE_TABLE = Table(
     Field("release", STR),
     Field("description", STR, ""),
@@ -24,15 +32,9 @@ PROFILE_TABLE = Table(
         "pin",
         LIST,
         [],
-        entries=Table(
-            Field("dist", STR),
-            Field("package", STR),
-            Field("version", STR),
-            Field("commits", STRINGS, []),
-            Field("match", STR, "commit"),
-            wrong="each [[pin]] must be a table",
-        ),
+        entries=PIN_TABLE,
         wrong="pins must be [[pin]] tables",
+        attr="pins",
     ),
     Field("instead", DICT, {}),
 )
@@ -57,13 +59,13 @@ def load_profile(path: Path) -> Profile:
         raise invalid(path, f"opt_ins {stray} are not in 'pack' (give them their slot in pack order)")
     if not all(isinstance(v, str) for v in data["instead"].values()):
         raise invalid(path, "[instead] maps a distribution to the name of the profile to use: strings only")
-    return Profile(
+    return schema.build(
+        Profile,
+        PROFILE_TABLE,
+        data,
         name=path.stem,
-        release=data["release"],
         description=data["description"].strip(),
         pins=pins,
-        pack=pack,
-        opt_ins=opt_ins,
         draft=_draft(pins),
         instead=tuple(data["instead"].items()),
     )
@@ -75,13 +77,7 @@ def _pin(raw: dict[str, Any], i: int, path: Path) -> Pin:
     for commit in raw["commits"]:
         if commit != "TODO" and not (7 <= len(commit) <= 40 and all(c in string.hexdigits for c in commit)):
             raise invalid(path, f"[[pin]] #{i + 1}: commit {commit!r} is not a git commit id (7 to 40 hex digits)")
-    return Pin(
-        dist=raw["dist"],
-        package=raw["package"],
-        version=raw["version"],
-        commits=tuple(c.lower() for c in raw["commits"]),
-        match=raw["match"],
-    )
+    return schema.build(Pin, PIN_TABLE, raw, commits=tuple(c.lower() for c in raw["commits"]))
 
 
 def _draft(pins: tuple[Pin, ...]) -> str:

@@ -36,14 +36,30 @@ Where = tuple[str | int, ...]  # keys and indexes from the document's root to a 
 # A rule's own keys, for a misspelt one's did-you-mean at its line; a rule's values, and every
 # condition's keys, are the rulebook's to check (rulebook.validate).
 RULE_TABLE = Table(Field("id"), Field("verdict"), Field("message"), Field("when"))
+UPSTREAM_TABLE = Table(
+    Field("file", TEXT),
+    Field("variant", TEXT),
+    Field("strategy", TEXT, None),
+    Field("features", TEXTS, [], entries=TEXT),
+)
 RECIPE_TABLE = Table(
     Field(
         "meta",
         table=Table(Field("title", TEXT), Field("slug", TEXT), Field("page", TEXT), Field("description", default="")),
+        attr=None,
     ),
-    Field("model", table=Table(Field("id", TEXT), Field("variant", TEXT), Field("description", default=""))),
+    Field(
+        "model",
+        table=Table(
+            Field("id", TEXT, attr="model"),
+            Field("variant", TEXT),
+            Field("description", default="", attr="model_description"),
+        ),
+        attr=None,
+    ),
     Field(
         "hardware",
+        attr=None,
         table=Table(
             Field("device", TEXT),
             Field("cards", POSITIVE),
@@ -60,6 +76,7 @@ RECIPE_TABLE = Table(
     ),
     Field(
         "image",
+        attr=None,
         table=Table(
             Field("release", TEXT),
             Field(
@@ -73,6 +90,7 @@ RECIPE_TABLE = Table(
     ),
     Field(
         "fixes",
+        attr=None,
         table=Table(
             Field("profile", TEXT),
             Field("depends_on", ITEMS, entries=Table(Field("fix", TEXT), Field("why", TEXT))),
@@ -80,23 +98,18 @@ RECIPE_TABLE = Table(
         ),
     ),
     Field("env", ITEMS, entries=Table(Field("name", TEXT), Field("value"))),
-    Field("serve", table=Table(Field("model", TEXT), Field("args", ITEMS))),
-    Field("rules", LIST),
     Field(
-        "upstream",
-        default=None,
-        table=Table(
-            Field("file", TEXT),
-            Field("variant", TEXT),
-            Field("strategy", TEXT, None),
-            Field("features", TEXTS, [], entries=TEXT),
-        ),
+        "serve",
+        table=Table(Field("model", TEXT, attr="serve_model"), Field("args", ITEMS, attr="serve_args")),
+        attr=None,
     ),
+    Field("rules", LIST),
+    Field("upstream", default=None, table=UPSTREAM_TABLE),
     Field("verify", default=None),  # checks.read_verify's, against its own table
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Upstream:
     """The vLLM recipe a recipe derives from: its file, variant, strategy and features."""
 
@@ -106,7 +119,7 @@ class Upstream:
     features: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Recipe:
     """One recipe file, read and validated (each part's line kept in ``lines``)."""
 
@@ -245,30 +258,20 @@ def load_recipe(path: Path, root: Path | None = None) -> Recipe:
 
 def _recipe(path: Path, top: dict[str, Any], r: _Reader) -> Recipe:
     """The checked document's parts, each read: its patterns, its lists' duplicates, its rules."""
-    meta, model, hardware, image = top["meta"], top["model"], top["hardware"], top["image"]
-    fixes, serve = top["fixes"], top["serve"]
-    return Recipe(
+    meta, model, image, fixes = top["meta"], top["model"], top["image"], top["fixes"]
+    return schema.build(
+        Recipe,
+        RECIPE_TABLE,
+        top,
         path=path,
         shown=r.shown,
-        title=meta["title"],
         slug=r.match(meta["slug"], ("meta", "slug"), SLUG, "a slug (lower-case letters, digits, '.', '-', '_')"),
-        page=meta["page"],
         description=_words(meta["description"]),
-        model=model["id"],
-        variant=model["variant"],
         model_description=_words(model["description"]),
-        device=hardware["device"],
-        cards=hardware["cards"],
-        layout=hardware["layout"],
-        release=image["release"],
         commits=_commits(image["commits"], r),
-        gaudi_sw=image["gaudi_sw"],
-        profile=fixes["profile"],
-        opt_ins=tuple(fixes["opt_ins"]),
         depends_on=_depends_on(fixes["depends_on"], r),
         env=_env(top["env"], r),
-        serve_model=serve["model"],
-        serve_args=_serve_args(serve["args"], r),
+        serve_args=_serve_args(top["serve"]["args"], r),
         rules=_rules(top["rules"], r),
         upstream=_upstream(top["upstream"]),
         verify=None if top["verify"] is None else read_verify(top["verify"], r.fail),
@@ -291,7 +294,7 @@ def _words(value: Any) -> str:
 def _upstream(up: dict[str, Any] | None) -> Upstream | None:
     if up is None:
         return None
-    return Upstream(file=up["file"], variant=up["variant"], strategy=up["strategy"], features=tuple(up["features"]))
+    return schema.build(Upstream, UPSTREAM_TABLE, up)
 
 
 def _commits(commits: dict[str, str], r: _Reader) -> dict[str, str]:

@@ -4,17 +4,20 @@ table it nests) and checked one way for all of them: ``fix.toml``, a profile, a 
 ``verify`` section. :func:`check` reads a table against its declaration: a misspelt key is refused
 (naming the table and the nearest known key, never dropped), then a missing required key, then a
 value of the wrong kind; what it returns has every key of the table, absent ones at their default.
+:func:`build` makes the model (a ``Fix``, a ``Profile``, a ``Recipe``) from what it returned: each
+field names the attribute it fills, so that a new key is its table line and its use, nothing more.
 A format's :class:`Spelling` words the messages as its readers read them, TOML's by table and key
 (``[upstream]``, ``'title'``), YAML's by dotted path (``hardware.layout``)."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.names import suggest
 from . import tomlfile
@@ -29,6 +32,8 @@ __all__ = [
     "YAML",
     "check",
     "check_keys",
+    "attributes",
+    "build",
     "read_toml",
     "toml_table",
     "unknown",
@@ -49,6 +54,7 @@ __all__ = [
 ]
 
 Where = tuple[str | int, ...]  # keys and indexes from the file's top to a part of it
+Model = TypeVar("Model")
 Fail = Callable[[Where, str], Exception]
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+\Z")
@@ -110,10 +116,18 @@ class Field:
     table: Table | None = None
     entries: Table | Kind | None = None
     wrong: str = ""
+    # The model's attribute this key fills: "" its key (dashes as underscores); None for a table
+    # whose keys fill attributes of their own (a recipe's ``meta``), or a key held in its table's
+    # value (a recipe's ``layout`` is one dict).
+    attr: str | None = ""
 
     @property
     def required(self) -> bool:
         return self.default is REQUIRED
+
+    @property
+    def attribute(self) -> str | None:
+        return self.key.replace("-", "_") if self.attr == "" else self.attr
 
 
 class Table:
@@ -227,3 +241,34 @@ def _entry(entries: Table | Kind, value: Any, where: Where, spelling: Spelling, 
 def read_toml(path: Path, table: Table) -> dict[str, Any]:
     """The TOML file at ``path``, read and checked against ``table``; any fault is its invalid-file error."""
     return check(tomlfile.read(path), table, (), TOML, lambda where, message: tomlfile.invalid(path, message))
+
+
+def attributes(table: Table) -> dict[str, Where]:
+    """The model attributes ``table``'s keys fill, each with the key's path: through a table whose
+    own attribute is None, to its keys."""
+    out: dict[str, Where] = {}
+    for key, f in table.fields.items():
+        if f.attribute is not None:
+            out[f.attribute] = (key,)
+        elif f.table is not None:
+            out.update({name: (key, *where) for name, where in attributes(f.table).items()})
+    return out
+
+
+def build(model: type[Model], table: Table, data: Mapping[str, Any], **read: Any) -> Model:
+    """``model`` (a dataclass) from ``data``, what :func:`check` returned for ``table``: each
+    attribute a key fills from its value (a list as a tuple), except those the loader ``read`` in its
+    own way (checked further, or made of several keys), which it gives here. An attribute of the
+    table's that the model lacks, or one given twice, is a TypeError: the table and the model are one
+    declaration, and ``tests/test_schema_tables.py`` holds every model to its table."""
+    names = {f.name for f in dataclasses.fields(model)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    for name, where in attributes(table).items():
+        if name not in names:
+            raise TypeError(f"{model.__name__} has no attribute {name!r} for the key {'.'.join(map(str, where))}")
+        if name not in read:
+            value: Any = data
+            for key in where:
+                value = value[key]
+            values[name] = tuple(value) if isinstance(value, list) else value
+    return model(**values, **read)

@@ -323,7 +323,14 @@ def _write(
         if any(r.outcome == "upstream" for r in mine):
             result.notes.append(f"{fix.id}: some of its files are upstream already; {', '.join(names)} leave them out")
         prints[fix.id] = {r.path: r.fingerprint for r in mine if r.fingerprint is not None}
-    draft = Profile(release, release, profile.description, profile.pins, profile.pack, profile.opt_ins)
+    draft = Profile(
+        name=release,
+        release=release,
+        description=profile.description,
+        pins=profile.pins,
+        pack=profile.pack,
+        opt_ins=profile.opt_ins,
+    )
     result.written += lock.write(catalog, draft, prints)
     target = catalog.root / "profiles" / f"{release}.toml"
     if target.exists():
