@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ..errors import EnvironmentProblem, FixpackError, UsageError
-from . import render
+from . import render, render_maintain
 from .options import JSON, SITE, SOURCE, catalog, guard
 from .options import sources as parse_sources
 
@@ -137,16 +137,16 @@ def verify(
     if junit:
         write_named("--junit", junit, junit_xml(verdicts))
     if as_json:
-        data = render.verify_json(verdicts)
+        data = render_maintain.verify_json(verdicts)
         if with_mutants:
-            data["mutants"] = render.mutants_json(verdicts)
+            data["mutants"] = render_maintain.mutants_json(verdicts)
         render.dump(data)
     else:
-        render.verify_human(verdicts)
+        render_maintain.verify_human(verdicts)
         if with_mutants:
-            render.mutants_human(verdicts, mutants_per_fix)
+            render_maintain.mutants_human(verdicts, mutants_per_fix)
         if with_coverage:
-            render.coverage_human(verdicts)
+            render_maintain.coverage_human(verdicts)
     return 0 if all(v.ok for v in verdicts) else 1
 
 
@@ -409,6 +409,6 @@ def port(
         render.dump(result.to_json())
         render.notes(result.notes)
     else:
-        render.port_human(result)
-        render.port_proofs_human(result)
+        render_maintain.port_human(result)
+        render_maintain.port_proofs_human(result)
     return 0

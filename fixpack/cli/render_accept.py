@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .render import paint
+
+if TYPE_CHECKING:  # the command's types, imported where it runs
+    from ..commands.recipes.accept import AcceptResult, CheckResult
+    from ..cookbook.checks import Check
 
 __all__ = ["progress", "table", "junit"]
 
 
-def progress(err: TextIO) -> Callable[[Any, Any], None]:
+def progress(err: TextIO) -> Callable[[Check, CheckResult | None], None]:
     """The callback ``accept`` calls before and after each check: lines only on a terminal."""
 
-    def show(check: Any, done: Any) -> None:
+    def show(check: Check, done: CheckResult | None) -> None:
         if not err.isatty():
             return
         if done is None:
@@ -32,7 +36,7 @@ def progress(err: TextIO) -> Callable[[Any, Any], None]:
     return show
 
 
-def table(result: Any, out: TextIO) -> None:
+def table(result: AcceptResult, out: TextIO) -> None:
     rows = [("check", "result", "measured", "page", "fixes it points at")]
     for c in result.checks:
         rows.append(
@@ -62,7 +66,7 @@ def table(result: Any, out: TextIO) -> None:
     )
 
 
-def junit(result: Any) -> str:
+def junit(result: AcceptResult) -> str:
     """The JUnit XML of an accept run."""
     failed = sum(1 for c in result.checks if not c.ok)
     suite = ET.Element(

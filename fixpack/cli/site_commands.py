@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import EnvironmentProblem, FixpackError, UsageError
-from . import render
+from . import render, render_install
 from .environment import help_block
 from .options import JSON, SITE, catalog, guard
 
@@ -151,7 +151,7 @@ def apply(
         raise UsageError("--launch runs a recipe's own command: give --recipe SLUG")
     # A recipe's rules read variables that no warm stamp's key holds: a --recipe start records
     # none, and always takes the full path.
-    printer = functools.partial(render.printed, as_json=as_json)
+    printer = functools.partial(render_install.printed, as_json=as_json)
     asked = Invocation(meta["fixpack.argv"], printer, tuple(command or ())) if gate is None else None
     request = ApplyRequest(
         profile,
@@ -166,7 +166,7 @@ def apply(
     )
     result = run_apply(book, request)
     result.notes[:0] = notes
-    render.result(result, as_json)
+    render_install.result(result, as_json)
     if command and result.exit_code == 0:
         from ..commands.install.apply import exec_command
 
@@ -210,9 +210,9 @@ def status(profile: str | None, as_json: bool, site: Path | None, overlay: Path 
 
     st = run(catalog(), profile, site, overlay)
     if as_json:
-        render.dump(render.status_json(st))
+        render.dump(render_install.status_json(st))
     else:
-        render.status_human(st)
+        render_install.status_human(st)
     return 0
 
 
@@ -230,7 +230,7 @@ def revert(fixes: tuple[str, ...], dry_run: bool, as_json: bool, site: Path | No
     from ..commands.install.revert import revert as run
 
     result = run(catalog(), fixes, site, dry_run=dry_run, overlay=overlay)
-    render.result(result, as_json)
+    render_install.result(result, as_json)
     return result.exit_code
 
 
@@ -250,7 +250,10 @@ def list_(profile: str | None, upstream: bool, as_json: bool, site: Path | None)
         fixes = list(book.fixes.values())
     states = _states(book, profile, site)
     if as_json:
-        rows = [{**render.fix_json(f, upstream), **({"state": states.get(f.id, "-")} if site else {})} for f in fixes]
+        rows = [
+            {**render_install.fix_json(f, upstream), **({"state": states.get(f.id, "-")} if site else {})}
+            for f in fixes
+        ]
         render.dump({"profile": profile, "fixes": rows})
         return 0
     width = max((len(f.id) for f in fixes), default=0)
@@ -280,7 +283,7 @@ def show(fix: str, site: Path | None) -> int:
     """Show one fix: what, why, requirements, upstream status, proof, and its changes; with
     --site, its state there."""
     book = catalog()
-    render.show(book.fix(fix))
+    render_install.show(book.fix(fix))
     if site is not None:
         from ..commands.install.status import site_profile
 
@@ -299,24 +302,10 @@ def show(fix: str, site: Path | None) -> int:
 def profiles(as_json: bool) -> int:
     """List the cookbook's profiles: release, pinned builds, fixes and opt-ins."""
     book = catalog()
-    rows = [render.profile_json(p) for p in book.profiles.values()]
     if as_json:
-        render.dump({"profiles": rows})
-        return 0
-    for row in rows:
-        pins = ", ".join(
-            f"{p['dist']} {p['version']} " + ("at " + p["commits"][0][:12] if p["match"] == "commit" else "(any build)")
-            for p in row["pins"]
-        )
-        print(
-            f"{row['name']}  release {row['release']}: {len(row['pack'])} fixes; "
-            f"opt-ins: {', '.join(row['opt_ins']) or 'none'}"
-        )
-        print(f"  pins {pins}")
-        for dist, other in row["instead"].items():
-            print(f"  refused beside {dist}: use profile {other}")
-        if row["draft"]:
-            print(f"  draft ({row['draft']}): only fixpack port and fixpack lock take it")
+        render.dump({"profiles": [render_install.profile_json(p) for p in book.profiles.values()]})
+    else:
+        render_install.profiles_human(list(book.profiles.values()))
     return 0
 
 
