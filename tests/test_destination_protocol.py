@@ -33,8 +33,11 @@ def _methods(filename: str) -> dict[str, ast.FunctionDef]:
     return {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
 
 
+DECLARED = {"state_dir", "where", "mode", "pythonpath", "own_files"}  # what it is, as data: no decision
+
+
 def test_the_protocol_is_what_only_a_destination_can_do():
-    assert _members() == {"state_dir", "where", "locked", "recover", "read", "place", "preflight", "commit"}
+    assert _members() == DECLARED | {"locked", "recover", "read", "place", "preflight", "commit"}
 
 
 def _trivial(fn: ast.FunctionDef) -> str | None:
@@ -57,7 +60,7 @@ def _trivial(fn: ast.FunctionDef) -> str | None:
 @pytest.mark.parametrize("filename", sorted(IMPLEMENTATIONS))
 def test_no_member_is_a_constant_an_identity_or_a_no_op(filename):
     methods = _methods(filename)
-    members = _members() - {"state_dir", "where"}
+    members = _members() - DECLARED
     assert members <= set(methods), members - set(methods)
     trivial = {name: why for name in members if (why := _trivial(methods[name]))}
     assert not trivial, trivial
@@ -93,7 +96,7 @@ def test_a_destination_neither_recognises_nor_builds_file_state(filename):
     assert not any("recognise" in m for m in imported), imported
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-    assert not names & {"Base", "FileState", "base_of", "through_overlay"}, names & {"Base", "FileState"}
+    assert not names & {"Base", "FileState", "base_of", "through_copy"}, names & {"Base", "FileState"}
 
 
 @pytest.mark.parametrize(

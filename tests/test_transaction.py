@@ -21,6 +21,7 @@ from cookbooks import targets, three_fixes
 from fixpack.commands.install import apply as operations
 from fixpack.cookbook.catalog import Catalog
 from fixpack.errors import EnvironmentProblem
+from fixpack.site.inplace import InPlaceAt
 
 
 def test_crash_after_every_write_point_leaves_before_or_after(cookbook, tmp_path):
@@ -145,7 +146,7 @@ def test_read_only_target_refused_before_any_write(cookbook, tmp_path):
     before = site.snapshot()
     catalog = Catalog.load(cookbook.root)
     # The child cannot read this interpreter's library: a dry run as root imports all it needs.
-    assert operations.apply(catalog, operations.ApplyRequest("v0.26.0", (), site.path, dry_run=True)).ok
+    assert operations.apply(catalog, operations.ApplyRequest("v0.26.0", (), InPlaceAt(site.path), dry_run=True)).ok
     pid = os.fork()
     if pid == 0:  # the child is the image's non-root user
         code = 1
@@ -153,7 +154,7 @@ def test_read_only_target_refused_before_any_write(cookbook, tmp_path):
             os.setgid(65534)
             os.setuid(65534)
             try:
-                operations.apply(catalog, operations.ApplyRequest("v0.26.0", (), site.path))
+                operations.apply(catalog, operations.ApplyRequest("v0.26.0", (), InPlaceAt(site.path)))
             except EnvironmentProblem as exc:
                 code = 3 if "is not writable by uid 65534" in exc.message else 4
         finally:
@@ -215,7 +216,7 @@ def test_a_write_that_fails_midway_is_rolled_back_at_once(cookbook, site, monkey
 
     monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(EnvironmentProblem, match="everything was put back"):
-        operations.apply(Catalog.load(cookbook.root), operations.ApplyRequest("v0.26.0", (), site.path))
+        operations.apply(Catalog.load(cookbook.root), operations.ApplyRequest("v0.26.0", (), InPlaceAt(site.path)))
     monkeypatch.setattr(os, "replace", real_replace)
     assert targets(site) == before
     assert not (site.path / ".fixpack").exists()

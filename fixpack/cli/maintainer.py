@@ -11,7 +11,7 @@ import click
 
 from ..errors import EnvironmentProblem, FixpackError, UsageError
 from . import render, render_maintain
-from .options import JSON, SITE, SOURCE, catalog, guard
+from .options import JSON, SITE, SOURCE, catalog, chosen, guard
 from .options import sources as parse_sources
 
 
@@ -333,7 +333,7 @@ def record(
     else:
         from ..commands.install.status import site_profile
 
-        name = profile or (site_profile(book, site) if len(book.usable) > 1 else None)
+        name = profile or (site_profile(book, chosen(site)) if len(book.usable) > 1 else None)
         done = run(book, fix_id, book.default_profile(name, roots).name, site, roots)
     if as_json:
         render.dump(

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,7 +16,10 @@ from ..cookbook.catalog import Catalog
 from ..errors import INTERRUPTED, EnvironmentProblem, FixpackError, UsageError
 from . import render
 
-__all__ = ["SITE", "JSON", "SOURCE", "SOURCE_ENV", "ErrorShape", "guard", "catalog", "sources"]
+if TYPE_CHECKING:  # the destinations, imported when a command chooses one
+    from ..site.destination import Where
+
+__all__ = ["SITE", "chosen", "JSON", "SOURCE", "SOURCE_ENV", "ErrorShape", "guard", "catalog", "sources"]
 
 ErrorShape = Callable[[FixpackError, dict[str, Any]], dict[str, Any]]
 
@@ -27,6 +30,20 @@ SITE = click.option(
     help="Look for vllm and vllm-gaudi only in DIR (a site-packages-like folder), not this interpreter's path. "
     "Default: $FIXPACK_SITE.",
 )
+
+
+def chosen(site: Path | None, overlay: Path | None = None) -> Where:
+    """The destination the command line chose, once, for every step below it: an overlay in
+    ``--overlay DIR``, else in place; the distributions are read from ``--site`` either way."""
+    if overlay is not None:
+        from ..site.overlay import OverlayAt
+
+        return OverlayAt(overlay, site)
+    from ..site.inplace import InPlaceAt
+
+    return InPlaceAt(site)
+
+
 JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout (messages go to stderr).")
 SOURCE_ENV = {"vllm-gaudi": "FIXPACK_SRC_VLLM_GAUDI", "vllm": "FIXPACK_SRC_VLLM"}
 SOURCE = click.option(

@@ -14,7 +14,7 @@ import click
 from ..errors import EnvironmentProblem, FixpackError, UsageError
 from . import render, render_install
 from .environment import help_block
-from .options import JSON, SITE, catalog, guard
+from .options import JSON, SITE, catalog, chosen, guard
 
 if TYPE_CHECKING:
     from ..cookbook.catalog import Catalog
@@ -156,8 +156,7 @@ def apply(
     request = ApplyRequest(
         profile,
         fixes,
-        site=site,
-        overlay=overlay,
+        where=chosen(site, overlay),
         dry_run=dry_run,
         allow_unpinned=allow_unpinned,
         expect_fix_set=expect_fix_set,
@@ -208,7 +207,7 @@ def status(profile: str | None, as_json: bool, site: Path | None, overlay: Path 
     """Show the installed distributions, their commits, and the state of each fix."""
     from ..commands.install.status import status as run
 
-    st = run(catalog(), profile, site, overlay)
+    st = run(catalog(), profile, chosen(site, overlay))
     if as_json:
         render.dump(render_install.status_json(st))
     else:
@@ -229,7 +228,7 @@ def revert(fixes: tuple[str, ...], dry_run: bool, as_json: bool, site: Path | No
     With --overlay DIR: in that overlay (all of them: DIR is removed)."""
     from ..commands.install.revert import revert as run
 
-    result = run(catalog(), fixes, site, dry_run=dry_run, overlay=overlay)
+    result = run(catalog(), fixes, chosen(site, overlay), dry_run=dry_run)
     render_install.result(result, as_json)
     return result.exit_code
 
@@ -272,7 +271,7 @@ def _states(book: Any, profile: str | None, site: Path | None) -> dict[str, str]
         return {}
     from ..commands.install.status import status
 
-    return {fid: str(state) for fid, state in status(book, profile, site).fixes}
+    return {fid: str(state) for fid, state in status(book, profile, chosen(site)).fixes}
 
 
 @click.command()
@@ -287,7 +286,7 @@ def show(fix: str, site: Path | None) -> int:
     if site is not None:
         from ..commands.install.status import site_profile
 
-        profile = site_profile(book, site)
+        profile = site_profile(book, chosen(site))
         if profile is None:
             state = "no profile of this cookbook fits the distributions installed there"
         else:
@@ -355,7 +354,7 @@ def sbom(site: Path | None, overlay: Path | None, output: Path | None, merge: Pa
     from ..commands.provenance.sbom import sbom as run
     from ..commands.provenance.sbom import write
 
-    done = run(catalog(), site, overlay, merge, os.environ.get("SOURCE_DATE_EPOCH"))
+    done = run(catalog(), chosen(site, overlay), merge, os.environ.get("SOURCE_DATE_EPOCH"))
     said = f"sbom: CycloneDX {done.spec}, {done.fixes} patches"
     if output is None or str(output) == "-":
         sys.stdout.write(done.text)

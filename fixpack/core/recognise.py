@@ -15,7 +15,7 @@ from . import patch
 from .fingerprint import sha256
 from .rebuild import parsed, reverse
 
-__all__ = ["Base", "base_of", "through_overlay", "pristine_hash", "explain_drift", "explain_edit"]
+__all__ = ["Base", "base_of", "through_copy", "pristine_hash", "explain_drift", "explain_edit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +75,12 @@ def base_of(
     return Base(None, (), FileState.DRIFTED, "neither the pristine release file nor the patched one")
 
 
-def through_overlay(
+def through_copy(
     original: bytes | None, copy: str | None, applied: str | None, pristine: str | None, fixes: tuple[str, ...]
 ) -> Base:
-    """An installed file an overlay shadows, as a process with the overlay sees it: drifted when the
-    overlay's copy (sha256 ``copy``, recorded as ``applied``) or the installed ``original`` it was
-    built over (sha256 ``pristine``) changed since; else the original with ``fixes`` applied."""
+    """An installed file a copy shadows (an overlay's), as a process that runs the copy sees it:
+    drifted when the copy (sha256 ``copy``, recorded as ``applied``) or the installed ``original``
+    it was built over (sha256 ``pristine``) changed since; else the original with ``fixes`` applied."""
     if copy != applied:
         return Base(None, (), FileState.DRIFTED, "the overlay's copy changed")
     if sha256(original) != pristine:

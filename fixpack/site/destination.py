@@ -9,6 +9,15 @@ copies, RECORD kept true and the runtime check beside the dist-info), and
 of the modules, the import hook, the runtime check inside it). The install commands
 (``fixpack.commands.install``) are written once, over this protocol.
 
+A command never asks which one it has. The command line chooses once (``Where``: ``InPlaceAt`` or
+``OverlayAt``), and what differs is data the destination reads or declares: what a process runs of
+each patched file (``Held.shadows``: in place, the installed file itself; in an overlay, its copy
+over the installed file), what the installed files are recognised against, the folder a process
+puts on ``PYTHONPATH`` to run the fixes (none in place), its mode word and its own files. The
+standard-library side (``fixpack.site.warm``, ``fixpack.runtime``) reads the same from its own
+records: the warm stamp's ``exec_overlay`` and the runtime index's ``mode`` and entries; a new
+destination writes those records as these two do.
+
 The records it exchanges with the pipeline are frozen: built once, never filled in later."""
 
 from __future__ import annotations
@@ -21,11 +30,11 @@ from typing import Protocol
 
 from ..core import recognise
 from ..models import FileEntry
-from .distributions import Distribution
+from .distributions import Distribution, Environment
 from .manifest import Manifest
 from .transaction import Write
 
-__all__ = ["Destination", "Held", "InstalledFile", "NO_COPY", "Placement", "Rebuilt", "Shadow", "Write"]
+__all__ = ["Destination", "Held", "InstalledFile", "NO_COPY", "Placement", "Rebuilt", "Shadow", "Where", "Write"]
 
 Counts = dict[str, list[tuple[str, int, int]]]  # fix id -> (path, lines added, removed) per file
 
@@ -53,15 +62,17 @@ class Rebuilt:
 
 @dataclass(frozen=True)
 class Shadow:
-    """An overlay's copy of one installed file: as its index lists it, and its hash as read now."""
+    """What a process runs of one patched file: its hash now and as the destination left it; and,
+    where it is a copy over the installed file (an overlay's), that file and the hash it was built
+    over. In place, the file a process runs is the installed file itself: ``original`` is None."""
 
-    copy: str | None  # sha256 of the overlay's copy now (None: absent)
-    built: str | None  # sha256 of the copy as the index says it was built
-    original: Path | None  # the installed file it shadows
-    pristine: str | None  # sha256 of the original the overlay was built over
+    copy: str | None  # sha256 of the file a process runs, read now (None: absent)
+    built: str | None  # sha256 it had when the destination was left (an overlay: as its index lists it)
+    original: Path | None  # the installed file a copy shadows (None: the running file is the installed one)
+    pristine: str | None  # sha256 of that installed file when the copy was built over it
 
 
-NO_COPY = Shadow(None, None, None, None)  # a file the overlay's index does not list
+NO_COPY = Shadow(None, None, None, None)  # a patched file the destination did not list
 
 
 @dataclass(frozen=True)
@@ -69,9 +80,11 @@ class Held:
     """What a destination holds, as read under its lock."""
 
     manifest: Manifest
-    # By repository path, the overlay's copy of each patched file; None where the fixes patch the
-    # installed files themselves (in place), which are then recognised against the manifest.
-    shadows: Mapping[str, Shadow] | None
+    # What the installed files are recognised against: the manifest where the fixes are in them
+    # (in place); the release's (an empty manifest) where copies shadow them (an overlay).
+    installed: Manifest
+    # By repository path, what a process runs of each patched file.
+    shadows: Mapping[str, Shadow]
     # The hash each of the destination's own files (the runtime check, the hook) must have for it
     # to hold the manifest (None: absent); None when it cannot hold it (a distribution it names is
     # not installed).
@@ -91,8 +104,11 @@ class Placement:
 
 
 class Destination(Protocol):
-    state_dir: Path
+    state_dir: Path  # fixpack's state there; its parent holds what processes run (the site, the overlay)
     where: str  # how messages name it: "in this environment", "in the overlay DIR"
+    mode: str  # the runtime index's and the SBOM's word for it: "in-place", "overlay"
+    pythonpath: Path | None  # the folder a process puts first on PYTHONPATH to run the fixes (None: none)
+    own_files: tuple[str, ...]  # what it adds for every process (the runtime check, a hook), under state_dir.parent
 
     def locked(self, create: bool = False) -> contextlib.AbstractContextManager[None]:
         """Its lock (``create``: make the folder that holds it first, for a writing run)."""
@@ -123,4 +139,17 @@ class Destination(Protocol):
 
     def commit(self, writes: list[Write]) -> None:
         """``writes``, all or nothing."""
+        ...
+
+
+class Where(Protocol):
+    """The destination a command line chose, before the environment is read: where the
+    distributions are looked for, and the destination made over them."""
+
+    site: Path | None  # the site the distributions are read from (None: this interpreter's path)
+    where: str  # how messages name it before it is opened: "in SITE", "in the overlay DIR"
+
+    def open(self, env: Environment) -> Destination | None:
+        """The destination over ``env``; None where it has nothing to stand on (in place, with none
+        of the distributions installed)."""
         ...

@@ -14,14 +14,14 @@ from pathlib import Path
 from ..core.bytecode import hash_based_pyc, pyc_path
 from ..core.fingerprint import sha256
 from . import flock, plugin, transaction
-from .destination import Held, InstalledFile, Placement, Rebuilt, Write
+from .destination import Destination, Held, InstalledFile, Placement, Rebuilt, Shadow, Write
 from .distributions import Distribution, Environment
 from .layout import JOURNAL, MANIFEST
 from .manifest import Manifest
 from .pip_record import rewrite_record
 from .state import pristine_copy, read_file, read_manifest
 
-__all__ = ["InPlace"]
+__all__ = ["InPlace", "InPlaceAt"]
 
 
 class InPlace:
@@ -32,6 +32,9 @@ class InPlace:
     installed there, whose files the runtime check lists."""
 
     where = "in this environment"
+    mode = "in-place"
+    pythonpath: Path | None = None  # every process of the environment runs what is applied there
+    own_files = tuple(plugin.CODE)
 
     def __init__(
         self, state_dir: Path, roots: dict[str, Path] | None = None, dists: Sequence[Distribution] = ()
@@ -67,14 +70,20 @@ class InPlace:
         return transaction.discard(self.state_dir)
 
     def read(self) -> Held:
-        """The manifest, and the runtime check's files as it must find them (none where the
-        manifest names a distribution that is not installed: it cannot hold then)."""
+        """The manifest, against which the installed files are recognised; each patched file as a
+        process runs it, the installed file itself; and the runtime check's files as it must find
+        them (none where the manifest names a distribution that is not installed: it cannot hold then)."""
         manifest = read_manifest(self.state_dir)
-        by_name = {d.name for d in self.dists}
-        if any(r.dist not in by_name for r in manifest.files.values()):
-            return Held(manifest, None, None)
+        by_name = {d.name: d for d in self.dists}
+        shadows = {
+            path: Shadow(sha256(read_file(by_name[r.dist].file(path))), r.applied, None, None)
+            for path, r in manifest.files.items()
+            if r.dist in by_name
+        }
+        if len(shadows) < len(manifest.files):
+            return Held(manifest, manifest, shadows, None)
         own = plugin.in_place(self.site, manifest, list(self.dists))
-        return Held(manifest, None, {p: sha256(c) for p, c in own.items()})
+        return Held(manifest, manifest, shadows, {p: sha256(c) for p, c in own.items()})
 
     def place(
         self,
@@ -130,6 +139,18 @@ class InPlace:
             transaction.commit(self.state_dir, writes, self.roots)
         finally:
             plugin.prune(self.site)
+
+
+class InPlaceAt:
+    """In place, chosen on the command line: the fixes go into the site the distributions are in
+    (``site``; None: this interpreter's path)."""
+
+    def __init__(self, site: Path | None = None) -> None:
+        self.site = site
+        self.where = f"in {site}" if site is not None else "in this environment"
+
+    def open(self, env: Environment) -> Destination | None:
+        return InPlace.of(env) if env.found else None
 
 
 def _bytecode(patched: dict[Path, str], rebuilt: Rebuilt) -> list[Write]:

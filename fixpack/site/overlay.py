@@ -35,15 +35,15 @@ from ..core.bytecode import hash_based_pyc, pyc_path
 from ..core.fingerprint import sha256
 from ..errors import EnvironmentProblem, Refused
 from . import confine, flock, plugin
-from .destination import Held, InstalledFile, Placement, Rebuilt, Shadow, Write
-from .distributions import Distribution
+from .destination import Destination, Held, InstalledFile, Placement, Rebuilt, Shadow, Write
+from .distributions import Distribution, Environment
 from .files import CrashCounter, fsync_dir, make_folders, write_synced
 from .layout import MANIFEST, STATE_DIR_NAME, aside_prefix
 from .manifest import Manifest
 from .state import read_manifest
 from .warm import exec_command
 
-__all__ = ["Overlay", "MODULES", "HOOK", "activation", "exec_command"]
+__all__ = ["Overlay", "OverlayAt", "MODULES", "HOOK", "activation", "exec_command"]
 
 MODULES = f"{STATE_DIR_NAME}/modules"  # the patched modules, by repository path, under DIR
 HOOK = "sitecustomize.py"  # the start-up import hook: fixpack/runtime/hook.py, copied
@@ -57,10 +57,14 @@ def activation(root: Path) -> str:
 class Overlay:
     """An overlay folder, and fixpack's state for it inside it."""
 
+    mode = "overlay"
+    own_files = (HOOK, *plugin.CODE)
+
     def __init__(self, root: Path) -> None:
         self.root = Path(os.path.abspath(root))
         self.state_dir = self.root / STATE_DIR_NAME
         self.where = f"in the overlay {self.root}"
+        self.pythonpath: Path | None = self.root
 
     def _aside(self, kind: str) -> list[Path]:
         prefix = f"{aside_prefix(self.root.name)}{kind}-"
@@ -212,7 +216,7 @@ class Overlay:
         """The manifest; each patched file's copy, as the index lists it and as it is now, and the
         installed file it shadows; the hook and the runtime check's code as they must be."""
         if not self.is_overlay():
-            return Held(Manifest(), {}, {})
+            return Held(Manifest(), Manifest(), {}, {})
         manifest = read_manifest(self.state_dir)
         entries = plugin.read_entries(self._file(plugin.INDEX))
         shadows = {}
@@ -223,7 +227,7 @@ class Overlay:
         runtime = plugin.RUNTIME
         own = {self.root / HOOK: sha256((runtime / "hook.py").read_bytes())}
         own.update({self.root / rel: sha256((runtime / source).read_bytes()) for rel, source in plugin.CODE.items()})
-        return Held(manifest, shadows, own)
+        return Held(manifest, Manifest(), shadows, own)  # the installed files: as the release has them
 
     def place(
         self,
@@ -275,3 +279,15 @@ class Overlay:
             expected[str(self.root / rel)] = sha256(out[rel])
         writes = tuple(Write(self.root / rel, content) for rel, content in out.items())
         return Placement(writes, new, manifest_at, expected)
+
+
+class OverlayAt:
+    """An overlay, chosen on the command line (``--overlay DIR``): the fixes go into ``root``, over
+    the distributions in ``site`` (None: this interpreter's path)."""
+
+    def __init__(self, root: Path, site: Path | None = None) -> None:
+        self.root, self.site = root, site
+        self.where = f"in the overlay {root}"
+
+    def open(self, env: Environment) -> Destination:
+        return Overlay(self.root)

@@ -11,8 +11,7 @@ the recipe is recorded with the fixes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ...cookbook.catalog import Catalog
@@ -20,24 +19,26 @@ from ...core.names import suggest
 from ...core.plan import resolve
 from ...errors import Refused, UsageError
 from ...models import Action, Plan
+from ...site.destination import Where
+from ...site.inplace import InPlaceAt
 from ...site.manifest import Manifest
 from ...site.warm import exec_command
 from .expect import as_expected, expectation, refuse_unexpected
 from .pins import check_commits, installed, refuse_beside
 from .pipeline import (
     already_applied,
-    destination,
+    as_run,
     holds,
     holds_plan,
     manifest_last,
     nothing_changed,
     open_state,
+    opened,
     pulled_in_notes,
     rebuild_files,
     recognise_files,
-    recognised_against,
     refuse_drift,
-    refuse_overlay_over_in_place,
+    refuse_over_in_place,
     refused_results,
     still_applied,
     usage_notes,
@@ -67,8 +68,7 @@ class ApplyRequest:
 
     profile: str
     opt_ins: tuple[str, ...] = ()
-    site: Path | None = None  # look for the distributions only here (--site)
-    overlay: Path | None = None  # build the patched modules into this folder instead of in place
+    where: Where = field(default_factory=InPlaceAt)  # the site (--site) and the destination (--overlay)
     dry_run: bool = False
     allow_unpinned: bool = False
     expect_fix_set: str | None = None  # refuse unless the fix set the apply leaves has this digest
@@ -83,13 +83,12 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
     for name in request.opt_ins:
         if name not in catalog.fixes:
             raise UsageError(f"unknown fix {name!r}{suggest(name, list(profile.pack))}", fix_id=name)
-    env, dists = installed(profile, request.site, request.overlay, catalog)
+    env, dists = installed(profile, request.where, catalog)
     refuse_beside(catalog, profile, env)
     commit_notes = check_commits(profile, dists, request.allow_unpinned)
     result.notes += commit_notes
-    target = destination(env, request.overlay)
-    if request.overlay is not None:
-        refuse_overlay_over_in_place(env, catalog)
+    target = opened(request.where, env)
+    refuse_over_in_place(target, env)
     with target.locked(create=not request.dry_run):
         held = open_state(target, catalog, result.notes)
         manifest = held.manifest
@@ -119,18 +118,19 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
         if gate is not None:
             result.notes += gate.judge(plan)
         recipe, rules = gate.kept() if gate is not None else (None, ())
-        if holds_plan(manifest, plan, profile, (recipe, rules)) and holds(held, dists):
+        if holds_plan(manifest, plan, profile, (recipe, rules)) and holds(held):
             result.fixes = already_applied(plan)
             result.notes += usage_notes(target, manifest)
             return as_expected(result, plan, expected, manifest.fix_set)
-        recorded = recognised_against(held)
+        recorded = held.installed
         paths = list(dict.fromkeys([*plan.paths(), *recorded.files]))
         files = recognise_files(catalog.fixes, profile, dists, recorded, paths, target.state_dir)
         try:
             refuse_drift(files, plan, recorded.files)
             rebuilt = rebuild_files(plan, files, plan.fix_ids)
+            running = as_run(files, held)
             for fix in plan.fixes:
-                done = all(still_applied(c, files, held) for c in fix.changes[profile.release])
+                done = all(still_applied(c, running, held) for c in fix.changes[profile.release])
                 action = Action.ALREADY_APPLIED if done else (Action.WOULD_APPLY if request.dry_run else Action.APPLIED)
                 pulled_in_by = plan.pulled_in.get(fix.id)
                 result.fixes.append(FixResult(fix.id, action, None, rebuilt.counts.get(fix.id, []), pulled_in_by))
@@ -145,7 +145,7 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
                 done_result = Result("apply", profile.name, already_applied(plan), notes)
                 warm = warm_stamp(
                     request.invocation, catalog, done_result, list(dists.values()), dict(placement.expected),
-                    target.state_dir, request.site, request.overlay,  # the stamp holds it as an absolute path
+                    target, request.where.site,
                 )  # fmt: skip
             writes = manifest_last(placement, manifest, warm)
             if request.dry_run:

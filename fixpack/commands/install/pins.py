@@ -11,9 +11,9 @@ from ...core.names import canonical
 from ...errors import EnvironmentProblem, Refused
 from ...models import Pin, Profile
 from ...site import commits
+from ...site.destination import Where
 from ...site.distributions import Distribution, Environment
 from ...site.layout import MANIFEST
-from ...site.overlay import Overlay
 
 __all__ = [
     "installed",
@@ -29,27 +29,27 @@ __all__ = [
 
 
 def installed(
-    profile: Profile, site: Path | None, overlay: Path | None = None, catalog: Catalog | None = None
+    profile: Profile, where: Where, catalog: Catalog | None = None
 ) -> tuple[Environment, dict[str, Distribution]]:
-    """The environment and each pinned distribution in it. EnvironmentProblem when one is missing,
-    saying the way on: where fixes are applied (in place, or in ``overlay``) to what remains,
-    reinstall or revert; else, given the ``catalog``, the profile that fits what is installed."""
-    env, dists, gone = remaining(profile, site)
+    """The environment of ``where``'s site and each pinned distribution in it. EnvironmentProblem
+    when one is missing, saying the way on: where fixes are applied (in ``where``'s destination) to
+    what remains, reinstall or revert; else, given the ``catalog``, the profile that fits what is installed."""
+    env, dists, gone = remaining(profile, where.site)
     if not gone:
         return env, dists
     try:
         env.get(gone[0])  # the refusal, as every command words a distribution that is not installed
     except EnvironmentProblem as missing:
-        way_on = _way_on(env, overlay, profile, catalog)
+        way_on = _way_on(env, where, profile, catalog)
         if not way_on:
             raise
         raise EnvironmentProblem(f"{missing}; {way_on}", path=missing.path) from None
     raise AssertionError(f"{gone[0]} is both found and gone")
 
 
-def _way_on(env: Environment, overlay: Path | None, profile: Profile, catalog: Catalog | None) -> str:
-    state_dir = Overlay(overlay).state_dir if overlay else env.state_dir if env.found else None
-    if state_dir is not None and (state_dir / MANIFEST).is_file():
+def _way_on(env: Environment, where: Where, profile: Profile, catalog: Catalog | None) -> str:
+    target = where.open(env)
+    if target is not None and (target.state_dir / MANIFEST).is_file():
         return "fixes are applied to what remains: reinstall it, or take them back with fixpack revert"
     fits = [p.name for p in fitting(catalog, env.site) if p.name != profile.name] if catalog else []
     return f"profile {fits[0]} pins what is installed here: --profile {fits[0]}" if fits else ""

@@ -22,11 +22,10 @@ from ...core.fingerprint import patch_digest, sha256
 from ...core.plan import pack_chain
 from ...errors import FixpackError, Refused
 from ...models import Action, Change, FileEntry, FileState, Fix, Plan, Profile
-from ...site.destination import NO_COPY, Destination, Held, InstalledFile, Placement, Rebuilt, Write
+from ...site.destination import NO_COPY, Destination, Held, InstalledFile, Placement, Rebuilt, Where, Write
 from ...site.distributions import Distribution, Environment
-from ...site.inplace import InPlace
 from ...site.manifest import Manifest
-from ...site.overlay import Overlay, activation
+from ...site.overlay import activation
 from ...site.state import pristine_copy, read_file, read_manifest, refuse_untrusted
 from .results import FixResult
 
@@ -34,12 +33,11 @@ from .results import FixResult
 Rows = list[tuple[str, str | None, str | None]]
 
 __all__ = [
-    "destination",
-    "refuse_overlay_over_in_place",
+    "opened",
+    "refuse_over_in_place",
     "open_state",
-    "recognised_against",
     "recognise_files",
-    "through_overlay",
+    "as_run",
     "refuse_drift",
     "rebuild_files",
     "holds_plan",
@@ -56,14 +54,17 @@ __all__ = [
 ]
 
 
-def destination(env: Environment, overlay: Path | None) -> Destination:
-    """Where the fixes are applied: the installed site, or the overlay folder ``overlay``."""
-    return InPlace.of(env) if overlay is None else Overlay(overlay)
+def opened(where: Where, env: Environment) -> Destination:
+    """The destination the command line chose, over ``env``, whose pinned distributions were found."""
+    target = where.open(env)
+    assert target is not None, "opened before the distributions were found"
+    return target
 
 
-def refuse_overlay_over_in_place(env: Environment, catalog: Catalog) -> None:
-    """An overlay is built over the installed release: refuse it over fixes applied in place."""
-    if not env.state_dir.parent.is_dir():
+def refuse_over_in_place(target: Destination, env: Environment) -> None:
+    """A destination with its own state (an overlay) is built over the installed release: refuse it
+    over fixes applied in place."""
+    if target.state_dir == env.state_dir or not env.state_dir.parent.is_dir():
         return
     refuse_untrusted(env.state_dir)
     applied = read_manifest(env.state_dir)
@@ -72,12 +73,6 @@ def refuse_overlay_over_in_place(env: Environment, catalog: Catalog) -> None:
             f"{env.state_dir.parent} has fixes applied in place ({', '.join(applied.fixes)}): an overlay is "
             "built over the installed release; use the in-place fixes, or fixpack revert them first"
         )
-
-
-def recognised_against(held: Held) -> Manifest:
-    """What the installed files are recognised against: the manifest where the fixes patch them in
-    place; the release where an overlay shadows them (they are never patched)."""
-    return held.manifest if held.shadows is None else Manifest()
 
 
 def recognise_files(
@@ -254,88 +249,65 @@ def holds_plan(manifest: Manifest, plan: Plan, profile: Profile, recipe: tuple[s
     )
 
 
-def holds(held: Held, dists: Mapping[str, Distribution]) -> bool:
+def holds(held: Held) -> bool:
     """Every file the destination was left with is as it was left, its own files (the runtime
-    check, the hook) included: only hashes read. In an overlay, each copy as built and each
-    installed file it shadows as it was built over."""
+    check, the hook) included: only hashes read. Each file a process runs as it was left and, under
+    a copy, the installed file as the copy was built over."""
     if held.own is None:
         return False
     for path, record in held.manifest.files.items():
-        if held.shadows is None:
-            dist = dists.get(record.dist)
-            if dist is None or sha256(read_file(dist.file(path))) != record.applied:
-                return False
-            continue
-        shadow = held.shadows.get(path, NO_COPY)
-        if shadow.built != record.applied or shadow.copy != record.applied:
+        shadow = held.shadows.get(path)
+        if shadow is None or shadow.built != record.applied or shadow.copy != record.applied:
             return False
-        if shadow.original is None or sha256(read_file(shadow.original)) != shadow.pristine:
+        if shadow.original is not None and sha256(read_file(shadow.original)) != shadow.pristine:
             return False
     return all(sha256(read_file(path)) == expected for path, expected in held.own.items())
 
 
 def still_applied(change: Change, files: Mapping[str, InstalledFile], held: Held) -> bool:
-    """``change`` is there already, with the same patch: in place, in the file as recognised; in
-    an overlay, in its copy as built."""
-    manifest, step = held.manifest, (change.fix_id, patch_digest(change.patch))
-    steps = manifest.steps(change.path)
-    if held.shadows is None:
-        return change.fix_id in files[change.path].base.applied and (not steps or step in steps)
-    if change.fix_id not in manifest.fixes or step not in steps:
-        return False
-    return held.shadows.get(change.path, NO_COPY).copy == manifest.files[change.path].applied
+    """``change`` is there already, with the same patch: in the file a process runs, as recognised
+    (``files``: as run, ``as_run``), and with the patch the manifest records for it where it records one."""
+    step, steps = (change.fix_id, patch_digest(change.patch)), held.manifest.steps(change.path)
+    return change.fix_id in files[change.path].base.applied and (not steps or step in steps)
 
 
-def through_overlay(files: Mapping[str, InstalledFile], held: Held) -> dict[str, InstalledFile]:
-    """The files as a process with the overlay sees them: each one the overlay carries recognised
-    through its copy (``recognise.through_overlay``), the others as installed (all of them in place)."""
+def as_run(files: Mapping[str, InstalledFile], held: Held) -> dict[str, InstalledFile]:
+    """The files as a process sees them: each one a copy shadows recognised through that copy
+    (``recognise.through_copy``), the others as installed."""
     out = dict(files)
-    if held.shadows is None:
-        return out
     for path, record in held.manifest.files.items():
-        f = files.get(path)
-        if f is None:
+        f, shadow = files.get(path), held.shadows.get(path, NO_COPY)
+        if f is None or path in held.shadows and shadow.original is None:  # it runs the installed file
             continue
-        shadow = held.shadows.get(path, NO_COPY)
-        base = recognise.through_overlay(f.current, shadow.copy, record.applied, shadow.pristine, record.fixes)
+        base = recognise.through_copy(f.current, shadow.copy, record.applied, shadow.pristine, record.fixes)
         out[path] = replace(f, base=base)
     return out
 
 
-def rows(held: Held, files: Mapping[str, InstalledFile], dists: Mapping[str, Distribution]) -> Rows:
-    """Each patched file's recorded and current hash, for the digest rule: in place, the installed
-    file; in an overlay, its copy and the installed file it shadows. ``files`` were read already;
-    the others are read here."""
+def rows(held: Held) -> Rows:
+    """Each patched file's recorded and current hash, for the digest rule: the file a process runs
+    and, under a copy, the installed file as the copy was built over."""
     out: Rows = []
     for path, record in held.manifest.files.items():
-        f = files.get(path)
-        if held.shadows is None:
-            dist = dists.get(record.dist)
-            current = f.current if f is not None else read_file(dist.file(path)) if dist is not None else None
-            out.append((path, record.applied, sha256(current)))
-            continue
         shadow = held.shadows.get(path, NO_COPY)
-        if f is not None:
-            original = f.current
-        else:
-            original = read_file(shadow.original) if shadow.original is not None else None
-        out += [(path, record.applied, shadow.copy), (path, shadow.pristine, sha256(original))]
+        out.append((path, record.applied, shadow.copy))
+        if shadow.original is not None:
+            out.append((path, shadow.pristine, sha256(read_file(shadow.original))))
     return out
 
 
 def usage_notes(target: Destination, manifest: Manifest, removed: bool = False, broken: str | None = None) -> list[str]:
-    """What to tell the user about the destination once it holds ``manifest``: for an overlay, how
-    to use it, that it went (``removed``: this command removed it), or (``broken``: why) that it
-    would not run the fixes."""
-    if not isinstance(target, Overlay):
+    """What to tell the user about a destination a process must be started with (an overlay, on
+    PYTHONPATH) once it holds ``manifest``: how to use it, that it went (``removed``: this command
+    removed it), or (``broken``: why) that it would not run the fixes."""
+    folder = target.pythonpath
+    if folder is None:
         return []
     if manifest.empty:
-        return [f"removed the overlay {target.root}" if removed else f"no overlay at {target.root}"]
+        return [f"removed the overlay {folder}" if removed else f"no overlay at {folder}"]
     if broken:
-        return [
-            f"the overlay {target.root} would not run its fixes ({broken}): build it again (fixpack apply --overlay)"
-        ]
-    return [f"the overlay is {target.root}; to use it: {activation(target.root)}"]
+        return [f"the overlay {folder} would not run its fixes ({broken}): build it again (fixpack apply --overlay)"]
+    return [f"the overlay is {folder}; to use it: {activation(folder)}"]
 
 
 def manifest_last(placement: Placement, old: Manifest, warm: dict | None = None) -> list[Write]:

@@ -4,24 +4,21 @@ removed)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ...cookbook.catalog import Catalog
 from ...core.names import suggest
 from ...core.plan import resolve, with_dependents
 from ...errors import Refused, UsageError
 from ...models import Action, Profile
+from ...site.destination import Where
 from ...site.distributions import Environment
 from ...site.manifest import Manifest
 from .pins import all_pins, dist_of, gone_notes, remaining
 from .pipeline import (
-    destination,
     manifest_last,
     nothing_changed,
     open_state,
     rebuild_files,
     recognise_files,
-    recognised_against,
     refuse_drift,
     usage_notes,
 )
@@ -30,15 +27,14 @@ from .results import FixResult, Result
 __all__ = ["revert"]
 
 
-def revert(
-    catalog: Catalog, names: tuple[str, ...], site: Path | None, dry_run: bool = False, overlay: Path | None = None
-) -> Result:
+def revert(catalog: Catalog, names: tuple[str, ...], where: Where, dry_run: bool = False) -> Result:
+    site = where.site
     env = Environment.read(all_pins(catalog), site)
     result = Result("revert", None, dry_run=dry_run)
-    if overlay is None and not env.found:
+    target = where.open(env)
+    if target is None:
         result.notes.append("nothing is applied here")
         return result
-    target = destination(env, overlay)
     with target.locked():
         held = open_state(target, catalog, result.notes, foreign_ok=True)
         manifest = held.manifest
@@ -54,7 +50,7 @@ def revert(
                 )
         removing = with_dependents(catalog.fixes, set(names or manifest.fixes), manifest.fixes)
         keep = tuple(f for f in manifest.fixes if f not in removing)
-        recorded = recognised_against(held)
+        recorded = held.installed
         plan = resolve(catalog.fixes, profile, (), keep=tuple(f for f in manifest.fixes if f in profile.pack))
         # The files to rebuild: every file the fixes patched where they patch in place (each goes
         # back to its release bytes or to what the kept fixes make of it); in an overlay, only the

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ...cookbook.catalog import Catalog
 from ...site import warm
+from ...site.destination import Destination
 from ...site.distributions import Distribution
 from .results import Result
 
@@ -31,12 +32,12 @@ def warm_stamp(
     done: Result,
     dists: list[Distribution],
     targets: dict[str, str | None],
-    state_dir: Path,
+    target: Destination,
     site: Path | None,
-    overlay: Path | None = None,
 ) -> dict | None:
-    """The stamp for the all-applied state an apply leaves: ``done`` is what a re-run answers
-    while ``targets`` (file -> hash) and every file the answer was read from stay as they are."""
+    """The stamp for the all-applied state an apply leaves in ``target``: ``done`` is what a re-run
+    answers while ``targets`` (file -> hash) and every file the answer was read from stay as they
+    are. The stamp names the folder a process puts on PYTHONPATH, if any, as an absolute path."""
     read: list[Path] = []
     for d in dists:  # what finding the distributions and their commits read
         read += [d.dist_info / n for n in ("METADATA", "PKG-INFO", "direct_url.json")]
@@ -44,9 +45,9 @@ def warm_stamp(
     files, folders = catalog.sources()
     return warm.make_stamp(
         invocation.argv,
-        str(state_dir),
+        str(target.state_dir),
         None if site is None else str(site),
-        None if overlay is None else str(overlay),
+        None if target.pythonpath is None else str(target.pythonpath),
         targets,
         map(str, [*read, *files]),
         map(str, folders),

@@ -3,51 +3,42 @@ destination (the installed site, or an overlay folder), and the fix set it vouch
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ...cookbook.catalog import Catalog
 from ...errors import EnvironmentProblem
 from ...models import FileState, Profile
 from ...runtime import check, fixset
+from ...site.destination import Where
 from ...site.distributions import Environment
 from .pins import all_pins, dist_of, fitting, gone_notes, installed, remaining
-from .pipeline import (
-    destination,
-    fix_state,
-    open_state,
-    recognise_files,
-    recognised_against,
-    rows,
-    through_overlay,
-    usage_notes,
-)
+from .pipeline import as_run, fix_state, open_state, recognise_files, rows, usage_notes
 from .results import StatusResult
 
 __all__ = ["status", "site_profile"]
 
 
-def site_profile(catalog: Catalog, site: Path | None, overlay: Path | None = None) -> str | None:
-    """The profile a site is for: the one applied there; else the usable profile whose pinned
-    distributions are all installed and none it names in ``[instead]`` (the one that pins the most,
-    when several hold); None when no profile fits."""
-    applied = status(catalog, None, site, overlay).profile
+def site_profile(catalog: Catalog, where: Where) -> str | None:
+    """The profile a site is for: the one applied there (in ``where``'s destination); else the
+    usable profile whose pinned distributions are all installed and none it names in ``[instead]``
+    (the one that pins the most, when several hold); None when no profile fits."""
+    applied = status(catalog, None, where).profile
     if applied is not None:
         return applied
-    fits = fitting(catalog, site)
+    fits = fitting(catalog, where.site)
     return fits[0].name if fits else None
 
 
-def status(catalog: Catalog, profile_name: str | None, site: Path | None, overlay: Path | None = None) -> StatusResult:
-    """``overlay``: each fix's state in that overlay folder, over the installed files."""
+def status(catalog: Catalog, profile_name: str | None, where: Where) -> StatusResult:
+    """Each fix's state in ``where``'s destination, over the distributions of its site."""
+    site = where.site
     env = Environment.read(all_pins(catalog), site)
-    if overlay is None and not env.found:
-        where = f"in {site}" if site is not None else "in this interpreter's path"
+    target = where.open(env)
+    if target is None:
+        found_in = f"in {site}" if site is not None else "in this interpreter's path"
         raise EnvironmentProblem(
-            f"neither of {', '.join(sorted(env.wanted))} is installed {where}: give --site DIR, the "
+            f"neither of {', '.join(sorted(env.wanted))} is installed {found_in}: give --site DIR, the "
             "site-packages folder of the Python that runs vLLM"
         )
     notes: list[str] = []
-    target = destination(env, overlay)
     with target.locked():
         held = open_state(target, catalog, notes)
     manifest = held.manifest
@@ -60,16 +51,16 @@ def status(catalog: Catalog, profile_name: str | None, site: Path | None, overla
     # what is applied is reported even where a distribution it patched was removed since
     _, dists, gone = remaining(profile, site)
     if gone and profile_name not in (None, manifest.profile):
-        installed(profile, site)  # another profile's pending fixes: refused, naming what is missing
+        installed(profile, where)  # another profile's pending fixes: refused, naming what is missing
     went = {p for p in paths if dist_of(profile, p) in gone}
     went_notes = gone_notes(profile, gone, sorted(went), site)
     if went_notes and not manifest.empty:
         went_notes[-1] += "; fixpack revert takes back the fixes on what remains"
     notes += went_notes
     paths = [p for p in paths if p not in went]
-    installed_files = recognise_files(catalog.fixes, profile, dists, recognised_against(held), paths, target.state_dir)
-    files = through_overlay(installed_files, held)
-    drifted = fixset.drifted(rows(held, files, dists))
+    installed_files = recognise_files(catalog.fixes, profile, dists, held.installed, paths, target.state_dir)
+    files = as_run(installed_files, held)
+    drifted = fixset.drifted(rows(held))
     fixes = [
         (
             fid,

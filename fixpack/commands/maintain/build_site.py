@@ -44,6 +44,7 @@ from packaging.utils import canonicalize_name
 from ...cookbook.tomlfile import tomllib
 from ...errors import EnvironmentProblem, UsageError
 from ...models import Profile
+from ...site.inplace import InPlaceAt
 from ..install.pins import installed, mismatches
 from . import history
 from .site_inputs import check_repo, check_target, check_tools, check_wheel, why
@@ -278,7 +279,7 @@ def _place(staging: Path, site: Path) -> None:
 def unpinned(profile: Profile, site: Path) -> str | None:
     """Why the apply would refuse the site built (its versions or commits are not the profile's
     pins: another --ref), as the apply says it; None when they are."""
-    found = mismatches(profile, installed(profile, site)[1])
+    found = mismatches(profile, installed(profile, InPlaceAt(site))[1])
     return found[0] if found else None
 
 

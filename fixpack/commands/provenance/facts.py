@@ -34,9 +34,9 @@ from ...core.plan import resolve, restrict
 from ...errors import Refused
 from ...models import Fix, Upstream
 from ...site import plugin
+from ...site.destination import Where
 from ...site.distributions import Distribution, Environment
 from ...site.manifest import Manifest
-from ...site.overlay import HOOK, Overlay
 from ...site.state import read_file
 from ..install.pins import all_pins
 from ..install.pipeline import holds_plan
@@ -142,12 +142,13 @@ def issues(fix: Fix, repo: str) -> tuple[Issue, ...]:
     return tuple(out)
 
 
-def applied(catalog: Catalog, site: Path | None, overlay: Path | None = None) -> Provenance:
-    """What is applied there, as ``fixpack status`` finds it. Refused (exit 1) when nothing is, when
-    the fix set does not hold (a patched file changed since), or when the cookbook's patches are not
-    the ones applied (a checkout of another cookbook): the document would not be what runs."""
-    where = f"in the overlay {overlay}" if overlay is not None else f"in {site}" if site else "in this environment"
-    st = status(catalog, None, site, overlay)
+def applied(catalog: Catalog, chosen: Where) -> Provenance:
+    """What is applied in the ``chosen`` destination, as ``fixpack status`` finds it. Refused (exit
+    1) when nothing is, when the fix set does not hold (a patched file changed since), or when the
+    cookbook's patches are not the ones applied (a checkout of another cookbook): the document would
+    not be what runs."""
+    where = chosen.where
+    st = status(catalog, None, chosen)
     manifest = st.manifest
     if st.profile is None or manifest is None or manifest.empty:
         raise Refused(f"no fixes are applied {where}: there is no patch to record (apply first)")
@@ -173,15 +174,16 @@ def applied(catalog: Catalog, site: Path | None, overlay: Path | None = None) ->
         PatchedDist(found[pin.dist], _patched_files(manifest, pin.dist), tuple(by_dist.get(pin.dist, ())))
         for pin in profile.pins
     )
-    root = Overlay(overlay).root if overlay is not None else Environment.read(all_pins(catalog), site).state_dir.parent
+    target = chosen.open(Environment.read(all_pins(catalog), chosen.site))
+    assert target is not None  # status found the distributions
     return Provenance(
         profile.name,
         profile.release,
         fix_set,
         opt_ins,
-        "overlay" if overlay is not None else "in-place",
+        target.mode,
         dists,
-        _runtime_check(root, overlay is not None),
+        _runtime_check(target.state_dir.parent, target.own_files),
     )
 
 
@@ -194,13 +196,14 @@ def _patched_files(manifest: Manifest, dist: str) -> tuple[tuple[str, str], ...]
     return tuple(sorted(rows))
 
 
-def _runtime_check(root: Path, overlay: bool) -> RuntimeCheck | None:
-    """The runtime check's modules as they are in ``root`` (with an overlay's start-up hook); its
-    index is left out: in place it names absolute paths, which a copy of the site changes."""
+def _runtime_check(root: Path, own_files: tuple[str, ...]) -> RuntimeCheck | None:
+    """The runtime check's modules and the destination's other ``own_files`` (an overlay's start-up
+    hook) as they are in ``root``; its index is left out: in place it names absolute paths, which a
+    copy of the site changes."""
     if read_file(root / plugin.DIST_INFO / "METADATA") is None:
         return None
     rows = []
-    for rel in sorted({*plugin.CODE, *((HOOK,) if overlay else ())}):
+    for rel in sorted(own_files):
         digest = sha256(read_file(root / rel))
         if digest is not None:
             rows.append((rel, digest))

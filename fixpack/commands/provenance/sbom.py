@@ -17,6 +17,7 @@ from ...cookbook.catalog import Catalog
 from ...errors import EnvironmentProblem, FixpackError, UsageError
 from ...extras import install_line
 from ...runtime.index import read_regular
+from ...site.destination import Where
 from ..install.outputs import write_named
 from .facts import applied
 
@@ -58,17 +59,16 @@ def _read(path: Path) -> bytes:
 
 def sbom(
     catalog: Catalog,
-    site: Path | None,
-    overlay: Path | None = None,
+    where: Where,
     merge: Path | None = None,
     epoch: str | None = None,
 ) -> Sbom:
-    """The document of what is applied in ``site`` (or the ``overlay``), or ``merge``'s document with
-    it added; ``epoch``: SOURCE_DATE_EPOCH's value. Checked against the library's schema before it
-    is returned."""
+    """The document of what is applied in ``where``'s destination, or ``merge``'s document with it
+    added; ``epoch``: SOURCE_DATE_EPOCH's value. Checked against the library's schema before it is
+    returned."""
     when = _timestamp(epoch)
     raw = _read(merge) if merge is not None else None
-    prov = applied(catalog, site, overlay)
+    prov = applied(catalog, where)
     try:
         from cyclonedx.exception import MissingOptionalDependencyException
 
