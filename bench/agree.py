@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fixpack.site import plugin
+from fixpack.installation import plugin
 
 FIXES = ["sampling-rows-refresh", "hybrid-decode-pad", "rank-exception-fatal", "fix-set-agreement"]
 

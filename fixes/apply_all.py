@@ -24,7 +24,7 @@ def main() -> None:
 
 
 def start(argv: list[str]) -> None:
-    from fixpack.site.warm import try_warm  # standard library only
+    from fixpack.installation.warm import try_warm  # standard library only
 
     # A --recipe apply records no stamp (its rules read variables no key holds), so none answers it.
     code = try_warm(argv)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from fixpack.installation import plugin
 from fixpack.runtime import fixset
 from fixpack.runtime.agree import disagreement, ranks_text
-from fixpack.site import plugin
 
 FULL = ["rank-exception-fatal", "hybrid-decode-pad", "fix-set-agreement"]
 

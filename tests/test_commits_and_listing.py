@@ -12,7 +12,7 @@ from builders import BATCH, SAMPLER, make_site
 from click.testing import CliRunner
 
 from fixpack.cli import main
-from fixpack.site import commits
+from fixpack.installation import commits
 
 
 def test_version_py_and_local_label_and_direct_url(tmp_path: Path):

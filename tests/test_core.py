@@ -10,8 +10,8 @@ from fixpack.core.fingerprint import of, sha256
 from fixpack.core.patch import render
 from fixpack.core.plan import applied_orders, chains, pack_chain, resolve, restrict, with_dependents
 from fixpack.errors import Refused, UsageError
+from fixpack.installation.manifest import Manifest
 from fixpack.models import Change, FileEntry, FileState, Fingerprint, Fix, Pin, Profile, Proof, Upstream
-from fixpack.site.manifest import Manifest
 
 BASE = b"".join(b"def f%d():\n    return %d\n\n\n" % (i, i) for i in range(20))
 ONE = BASE.replace(b"return 3\n", b"return 30\n")

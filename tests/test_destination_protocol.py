@@ -1,4 +1,4 @@
-"""The destination protocol (fixpack/site/destination.py) read from the source: a destination
+"""The destination protocol (fixpack/installation/destination.py) read from the source: a destination
 reads what it holds and places what the pipeline decided. No member is a constant, an identity or
 a no-op in either implementation; no callable crosses into one; the two import nothing of the
 recogniser and build no file state; the records the pipeline builds are frozen."""
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from fixpack.commands.install.results import FixResult
-from fixpack.site import destination
-from fixpack.site.inplace import InPlace
-from fixpack.site.overlay import Overlay
+from fixpack.installation import destination
+from fixpack.installation.inplace import InPlace
+from fixpack.installation.overlay import Overlay
 
 SITE = Path(destination.__file__).resolve().parent
 IMPLEMENTATIONS = {"inplace.py": "InPlace", "overlay.py": "Overlay"}

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from fixpack.errors import EnvironmentProblem
-from fixpack.site import plugin
-from fixpack.site.distributions import Environment, metadata_folders
-from fixpack.site.pip_record import render_record, row_for
+from fixpack.installation import plugin
+from fixpack.installation.distributions import Environment, metadata_folders
+from fixpack.installation.pip_record import render_record, row_for
 
 PACKAGES = {"vllm": "vllm", "vllm-gaudi": "vllm_gaudi"}
 METADATA = (

@@ -14,8 +14,8 @@ from runs import apply_overlay
 from trees import snapshot
 
 from fixpack.core.identity import FixSet, fix_set, mismatch
+from fixpack.installation.manifest import Manifest
 from fixpack.models import FileEntry
-from fixpack.site.manifest import Manifest
 
 EXECUTOR = "vllm/executor.py"
 

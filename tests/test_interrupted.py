@@ -32,7 +32,7 @@ sys.meta_path.insert(0, Press())
 def test_ctrl_c_in_a_transaction_rolls_back_and_says_so_in_one_line(cli, cookbook, site, monkeypatch):
     three_fixes(cookbook)
     before = site.snapshot()
-    import fixpack.site.transaction as transaction
+    import fixpack.installation.transaction as transaction
 
     real, replaced = transaction.fsync_dir, []
 
@@ -63,8 +63,8 @@ def _pressed_at(module: str, tmp_path: Path, *command: str, env: dict[str, str])
 def test_ctrl_c_while_the_entry_point_starts_is_one_line(cookbook, site, tmp_path):
     three_fixes(cookbook)
     before = site.snapshot()
-    r = _pressed_at("fixpack.site.warm", tmp_path, str(SCRIPT), "--profile", "v0.26.0", "--site", str(site.path),
-                    env=env_of(cookbook))  # fmt: skip
+    r = _pressed_at("fixpack.installation.warm", tmp_path, str(SCRIPT), "--profile", "v0.26.0",
+                    "--site", str(site.path), env=env_of(cookbook))  # fmt: skip
     assert r.returncode == INTERRUPTED and r.stderr.strip() == INTERRUPTED_LINE, r.stderr
     assert site.snapshot() == before
 

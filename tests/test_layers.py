@@ -30,7 +30,7 @@ ALLOWED = {
         "fixpack.runtime.index",
     },
     # fixpack.runtime.index: the runtime index's one reader and writer, which the plugin writes
-    "fixpack.site": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.runtime.index"},
+    "fixpack.installation": {"fixpack.core", "fixpack.models", "fixpack.errors", "fixpack.runtime.index"},
     # commands/ in three wings, one per audience: install (what a container start and an operator
     # run on a site) is the base the other two may build on; maintain (a maintainer's, by job:
     # authoring, proving, porting, upstream, over history, trees and build-site) and recipes never
@@ -40,7 +40,7 @@ ALLOWED = {
         "fixpack.models",
         "fixpack.errors",
         "fixpack.cookbook",
-        "fixpack.site",
+        "fixpack.installation",
         "fixpack.runtime.fixset",
         "fixpack.runtime.check",  # what every process would refuse, which status reports
     },
@@ -50,7 +50,7 @@ ALLOWED = {
         "fixpack.models",
         "fixpack.errors",
         "fixpack.cookbook",
-        "fixpack.site",
+        "fixpack.installation",
         "fixpack.transforms",
         "fixpack.proofkit",
         "fixpack.proofrun",
@@ -62,7 +62,7 @@ ALLOWED = {
         "fixpack.models",
         "fixpack.errors",
         "fixpack.cookbook",
-        "fixpack.site",
+        "fixpack.installation",
         "fixpack.runtime.rules",
         "fixpack.commands.install",
     },
@@ -74,7 +74,7 @@ ALLOWED = {
         "fixpack.models",
         "fixpack.errors",
         "fixpack.cookbook",
-        "fixpack.site",
+        "fixpack.installation",
         "fixpack.commands.install",
         "fixpack.commands.maintain",
     },
@@ -87,7 +87,12 @@ ALLOWED = {
     "fixpack": set(),
 }
 # the warm path runs before anything else is imported: the standard library and these only
-WARM_PATH = {"fixpack.site.warm", "fixpack.site.layout", "fixpack.core.fingerprint", "fixpack.runtime.index"}
+WARM_PATH = {
+    "fixpack.installation.warm",
+    "fixpack.installation.layout",
+    "fixpack.core.fingerprint",
+    "fixpack.runtime.index",
+}
 
 
 def _module_name(path: Path) -> str:
@@ -156,7 +161,7 @@ def test_click_only_in_the_cli(module):
 def test_the_warm_path_imports_the_standard_library_and_itself_only():
     for module in WARM_PATH:
         inside = {imp for imp in GRAPH[module] if imp.startswith("fixpack")}
-        outside = inside - WARM_PATH - {"fixpack", "fixpack.core", "fixpack.site"}
+        outside = inside - WARM_PATH - {"fixpack", "fixpack.core", "fixpack.installation"}
         assert not outside, f"{module} imports {outside}"
         assert not {imp.split(".")[0] for imp in GRAPH[module]} & {"click", "unidiff", "packaging", "libcst"}
 
@@ -215,11 +220,11 @@ def test_the_runtime_index_has_one_reader_and_writer():
         "fixpack.runtime.check",
         "fixpack.runtime.agree",
         "fixpack.runtime.fixset",
-        "fixpack.site.plugin",
-        "fixpack.site.warm",
-        "fixpack.site.state",  # the state files' reader: regular files only, bounded; the rule on who may write
-        "fixpack.site.manifest",  # and their JSON object of one format
-        "fixpack.site.journal",  # the journal's index and backups
+        "fixpack.installation.plugin",
+        "fixpack.installation.warm",
+        "fixpack.installation.state",  # the state files' reader: regular files only, bounded; the rule on who may write
+        "fixpack.installation.manifest",  # and their JSON object of one format
+        "fixpack.installation.journal",  # the journal's index and backups
         "fixpack.cookbook.tomlfile",  # and the cookbook's
         "fixpack.cookbook.fix_module",
         "fixpack.cookbook.lockfile",
@@ -231,12 +236,12 @@ def test_the_runtime_index_has_one_reader_and_writer():
 # The modules that parse or render a format fixpack keeps on disk (or reads of pip's), each the one
 # reader and writer of its format; a format's bytes are opened elsewhere only to be handed to it.
 FORMATS = {
-    "fixpack.site.manifest": "the manifest, .fixpack/manifest.json",
-    "fixpack.site.journal": "a transaction's journal, journal.json",
+    "fixpack.installation.manifest": "the manifest, .fixpack/manifest.json",
+    "fixpack.installation.journal": "a transaction's journal, journal.json",
     # the warm path runs before anything else is imported: it reads the manifest's stamp itself
-    "fixpack.site.warm": "the warm stamp, in the manifest",
-    "fixpack.site.pip_record": "pip's RECORD (csv), which importlib.metadata reads",
-    "fixpack.site.commits": "pip's direct_url.json (PEP 610)",
+    "fixpack.installation.warm": "the warm stamp, in the manifest",
+    "fixpack.installation.pip_record": "pip's RECORD (csv), which importlib.metadata reads",
+    "fixpack.installation.commits": "pip's direct_url.json (PEP 610)",
     "fixpack.runtime.index": "the runtime index, fixpack_runtime_check/index.json",
     "fixpack.runtime.agree": "no file: each rank's record in torch's store",
     "fixpack.runtime.fixset": "no file: a fix set's identity, hashed (fixpack.core.identity's canonical form)",
@@ -248,7 +253,7 @@ def test_each_format_has_one_reader_and_writer():
     found = set()
     for path in PACKAGE.rglob("*.py"):
         module = _module_name(path)
-        if module.startswith(("fixpack.site", "fixpack.runtime", "fixpack.core", "fixpack.commands.install")):
+        if module.startswith(("fixpack.installation", "fixpack.runtime", "fixpack.core", "fixpack.commands.install")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                     if f"{node.value.id}.{node.attr}" in calls:

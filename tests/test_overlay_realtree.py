@@ -14,7 +14,7 @@ import pytest
 from builders import REPO
 from realtree import PROFILE, REALTREE, opt_ins_of, run_python, tree_hashes
 
-from fixpack.site.plugin import module_name
+from fixpack.installation.plugin import module_name
 
 pytestmark = REALTREE
 FIND = """

@@ -18,7 +18,7 @@ from builders import BATCH, PRISTINE, RUNNER, SAMPLER, make_site, write_dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fixpack.site.pip_record import render_record, rewrite_record, row_for
+from fixpack.installation.pip_record import render_record, rewrite_record, row_for
 
 EDITS = {
     "vllm_gaudi/runner.py": (RUNNER, RUNNER.replace("return 3\n", "return 33\n")),

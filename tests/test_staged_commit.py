@@ -16,7 +16,7 @@ import pytest
 from builders import PRISTINE, SAMPLER, make_site, run_cli
 
 from fixpack.core import rebuild
-from fixpack.site import transaction
+from fixpack.installation import transaction
 
 BIG = "".join(f"def f{i}(x):\n    return [x * {i} for _ in range(3)]\n\n\n" for i in range(2500))
 BIG_PATH = "vllm_gaudi/big.py"

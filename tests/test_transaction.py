@@ -21,7 +21,7 @@ from cookbooks import targets, three_fixes
 from fixpack.commands.install import apply as operations
 from fixpack.cookbook.catalog import Catalog
 from fixpack.errors import EnvironmentProblem
-from fixpack.site.inplace import InPlaceAt
+from fixpack.installation.inplace import InPlaceAt
 
 
 def test_crash_after_every_write_point_leaves_before_or_after(cookbook, tmp_path):
@@ -229,7 +229,7 @@ def test_crash_after_every_write_point_of_revert_leaves_before_or_after(cookbook
     pristine = targets(reference)
     assert run_cli("apply", "--profile", "v0.26.0", "--site", str(reference.path), env=env).returncode == 0
     patched = targets(reference)
-    for n in range(1, 100):  # the runtime check's files (fixpack.site.plugin) go with the rest
+    for n in range(1, 100):  # the runtime check's files (fixpack.installation.plugin) go with the rest
         site = Site(tmp_path / f"crash{n}" / "site", {d: tmp_path / f"crash{n}" / "site" for d in reference.roots})
         shutil.copytree(reference.path, site.path, symlinks=True)
         r = run_cli("revert", "--site", str(site.path), env={**env, "FIXPACK_CRASH_AFTER": str(n)})
@@ -321,7 +321,7 @@ def test_kill_9_at_random_moments_leaves_before_or_after(cookbook, site):
 
 
 def test_a_copy_of_bytes_already_on_disk_is_a_link_to_them(tmp_path):
-    from fixpack.site import transaction
+    from fixpack.installation import transaction
 
     state, target, other = tmp_path / ".fixpack", tmp_path / "m.py", tmp_path / "o.py"
     target.write_bytes(b"old\n")

@@ -26,10 +26,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from fixpack.installation import plugin
 from fixpack.proofkit import load_function, parse_file
 from fixpack.runtime import fixset
 from fixpack.runtime import index as index_file
-from fixpack.site import plugin
 
 STATE = "vllm/distributed/parallel_state.py"
 FUNCTION = "ensure_model_parallel_initialized"

@@ -17,7 +17,7 @@ from ..errors import INTERRUPTED, EnvironmentProblem, FixpackError, UsageError
 from . import render
 
 if TYPE_CHECKING:  # the destinations, imported when a command chooses one
-    from ..site.destination import Where
+    from ..installation.destination import Where
 
 __all__ = ["SITE", "chosen", "JSON", "SOURCE", "SOURCE_ENV", "ErrorShape", "guard", "catalog", "sources"]
 
@@ -36,10 +36,10 @@ def chosen(site: Path | None, overlay: Path | None = None) -> Where:
     """The destination the command line chose, once, for every step below it: an overlay in
     ``--overlay DIR``, else in place; the distributions are read from ``--site`` either way."""
     if overlay is not None:
-        from ..site.overlay import OverlayAt
+        from ..installation.overlay import OverlayAt
 
         return OverlayAt(overlay, site)
-    from ..site.inplace import InPlaceAt
+    from ..installation.inplace import InPlaceAt
 
     return InPlaceAt(site)
 

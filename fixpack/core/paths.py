@@ -1,6 +1,6 @@
 """The one rule for a relative path that a patch, a lock or a journal names: plain components
 joined by ``/``, so that joining it to a root can only land under that root (symlinks aside, which
-``fixpack.site.confine`` checks on the disk). Pure: no file system."""
+``fixpack.installation.confine`` checks on the disk). Pure: no file system."""
 
 from __future__ import annotations
 

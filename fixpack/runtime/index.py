@@ -1,7 +1,7 @@
 """The runtime index, ``fixpack_runtime_check/index.json``: its one reader and its one writer, and
 the rule for which files the runtime may trust.
 
-``fixpack apply`` writes it (through fixpack/site/plugin.py) beside the runtime check; the check,
+``fixpack apply`` writes it (through fixpack/installation/plugin.py) beside the runtime check; the check,
 the rank agreement, the overlay's import hook, ``fixpack status`` and the overlay destination read
 it. Copied out of fixpack as the plugin package's ``index`` module, so standard library only; the
 hook, which runs at every Python start-up, loads this file by its path rather than the package

@@ -1,10 +1,10 @@
 """``fixpack apply``: a profile's fixes and the opt-ins asked for, applied all or nothing.
 
-The recipe, the same for both destinations (the installed site, or an overlay folder):
+The steps, the same for every destination (the installed site, or an overlay folder):
 recover -> plan -> recognise -> rebuild (build + compile) -> write set -> destination.commit. Every
 new file content is built and compiled in memory before the first write: a module that does not
 compile refuses the plan, and the bytecode of each patched module is written in the same commit as
-its source, with the runtime check (``fixpack.site.plugin``). With a recipe's ``gate``
+its source, with the runtime check (``fixpack.installation.plugin``). With a recipe's ``gate``
 (``fixpack.commands.recipes.launch``), its rules are judged on the plan before anything else, and
 the recipe is recorded with the fixes.
 """
@@ -18,11 +18,11 @@ from ...cookbook.catalog import Catalog
 from ...core.names import suggest
 from ...core.plan import resolve
 from ...errors import Refused, UsageError
+from ...installation.destination import Where
+from ...installation.inplace import InPlaceAt
+from ...installation.manifest import Manifest
+from ...installation.warm import exec_command
 from ...models import Action, Plan
-from ...site.destination import Where
-from ...site.inplace import InPlaceAt
-from ...site.manifest import Manifest
-from ...site.warm import exec_command
 from .expect import as_expected, expectation, refuse_unexpected
 from .pins import check_commits, installed, refuse_beside
 from .pipeline import (

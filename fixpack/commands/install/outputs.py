@@ -1,12 +1,12 @@
 """Files named on the command line (``sbom -o``, ``--junit``): written whole or not at all, never
-through a link, never over a folder or a special file (see fixpack/site/files.py)."""
+through a link, never over a folder or a special file (see fixpack/installation/files.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ...errors import EnvironmentProblem
-from ...site import files
+from ...installation import files
 
 __all__ = ["write_named"]
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from ...cookbook.catalog import Catalog
 from ...core.names import canonical
 from ...errors import EnvironmentProblem, Refused
+from ...installation import commits
+from ...installation.destination import Where
+from ...installation.distributions import Distribution, Environment
+from ...installation.layout import MANIFEST
 from ...models import Pin, Profile
-from ...site import commits
-from ...site.destination import Where
-from ...site.distributions import Distribution, Environment
-from ...site.layout import MANIFEST
 
 __all__ = [
     "installed",

@@ -1,7 +1,7 @@
-"""The install pipeline, the steps ``apply``, ``status`` and ``revert`` are recipes of: the
+"""The install pipeline, the steps ``apply``, ``status`` and ``revert`` are made of: the
 destination, recognise each file (the distributions it is read from: ``pins``), rebuild the new contents
 (each patched module built and compiled here, in memory) for the destination to place
-(``fixpack.site.destination``).
+(``fixpack.installation.destination``).
 
 Every decision is taken here, from what the destination read (``Held``) and what it placed
 (``Placement``): whether it may be applied to, whether it still holds what it was left with, which
@@ -21,12 +21,12 @@ from ...core.bytecode import writes_bytecode
 from ...core.fingerprint import patch_digest, sha256
 from ...core.plan import pack_chain
 from ...errors import FixpackError, Refused
+from ...installation.destination import NO_COPY, Destination, Held, InstalledFile, Placement, Rebuilt, Where, Write
+from ...installation.distributions import Distribution, Environment
+from ...installation.manifest import Manifest
+from ...installation.overlay import activation
+from ...installation.state import pristine_copy, read_file, read_manifest, refuse_untrusted
 from ...models import Action, Change, FileEntry, FileState, Fix, Plan, Profile
-from ...site.destination import NO_COPY, Destination, Held, InstalledFile, Placement, Rebuilt, Where, Write
-from ...site.distributions import Distribution, Environment
-from ...site.manifest import Manifest
-from ...site.overlay import activation
-from ...site.state import pristine_copy, read_file, read_manifest, refuse_untrusted
 from .results import FixResult
 
 # (repository path, sha256 recorded, sha256 read now) per patched file: what fixpack.runtime.fixset judges

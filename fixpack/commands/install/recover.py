@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...cookbook.catalog import Catalog
-from ...site.distributions import Environment
-from ...site.inplace import InPlace
-from ...site.state import refuse_untrusted
+from ...installation.distributions import Environment
+from ...installation.inplace import InPlace
+from ...installation.state import refuse_untrusted
 from .pins import all_pins
 
 __all__ = ["recover"]

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 
 from ...core.identity import FixSet
 from ...errors import FixpackError
+from ...installation.distributions import Distribution
+from ...installation.manifest import Manifest
 from ...models import Action, FileState
 from ...runtime import fixset
-from ...site.distributions import Distribution
-from ...site.manifest import Manifest
 
 __all__ = ["FixResult", "Result", "StatusResult"]
 

@@ -8,10 +8,10 @@ from ...cookbook.catalog import Catalog
 from ...core.names import suggest
 from ...core.plan import resolve, with_dependents
 from ...errors import Refused, UsageError
+from ...installation.destination import Where
+from ...installation.distributions import Environment
+from ...installation.manifest import Manifest
 from ...models import Action, Profile
-from ...site.destination import Where
-from ...site.distributions import Environment
-from ...site.manifest import Manifest
 from .pins import all_pins, dist_of, gone_notes, remaining
 from .pipeline import (
     manifest_last,

@@ -1,4 +1,4 @@
-"""The warm stamp a writing apply records (its shape and its check: ``fixpack.site.warm``): the
+"""The warm stamp a writing apply records (its shape and its check: ``fixpack.installation.warm``): the
 command line the apply came from, and the files it read to decide."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...cookbook.catalog import Catalog
-from ...site import warm
-from ...site.destination import Destination
-from ...site.distributions import Distribution
+from ...installation import warm
+from ...installation.destination import Destination
+from ...installation.distributions import Distribution
 from .results import Result
 
 __all__ = ["Invocation", "warm_stamp"]

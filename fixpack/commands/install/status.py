@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from ...cookbook.catalog import Catalog
 from ...errors import EnvironmentProblem
+from ...installation.destination import Where
+from ...installation.distributions import Environment
 from ...models import FileState, Profile
 from ...runtime import check, fixset
-from ...site.destination import Where
-from ...site.distributions import Environment
 from .pins import all_pins, dist_of, fitting, gone_notes, installed, remaining
 from .pipeline import as_run, fix_state, open_state, recognise_files, rows, usage_notes
 from .results import StatusResult

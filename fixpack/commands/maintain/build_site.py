@@ -43,8 +43,8 @@ from packaging.utils import canonicalize_name
 
 from ...cookbook.tomlfile import tomllib
 from ...errors import EnvironmentProblem, UsageError
+from ...installation.inplace import InPlaceAt
 from ...models import Profile
-from ...site.inplace import InPlaceAt
 from ..install.pins import installed, mismatches
 from . import history
 from .site_inputs import check_repo, check_target, check_tools, check_wheel, why

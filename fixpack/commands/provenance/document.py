@@ -35,7 +35,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
 from ... import __version__
-from ...site.distributions import Distribution
+from ...installation.distributions import Distribution
 from .facts import REPOSITORIES, AppliedPatch, PatchedDist, Provenance, RuntimeCheck
 
 __all__ = ["SPECS", "NO_CVE", "purl", "bom", "render", "invalid"]

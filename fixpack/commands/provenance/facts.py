@@ -32,12 +32,12 @@ from ...core.fingerprint import sha256
 from ...core.identity import FixSet
 from ...core.plan import resolve, restrict
 from ...errors import Refused
+from ...installation import plugin
+from ...installation.destination import Where
+from ...installation.distributions import Distribution, Environment
+from ...installation.manifest import Manifest
+from ...installation.state import read_file
 from ...models import Fix, Upstream
-from ...site import plugin
-from ...site.destination import Where
-from ...site.distributions import Distribution, Environment
-from ...site.manifest import Manifest
-from ...site.state import read_file
 from ..install.pins import all_pins
 from ..install.pipeline import holds_plan
 from ..install.status import status

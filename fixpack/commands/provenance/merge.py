@@ -19,7 +19,7 @@ from packageurl import PackageURL
 
 from ...core.names import canonical
 from ...errors import Refused, UsageError
-from ...site.distributions import Distribution
+from ...installation.distributions import Distribution
 from .document import SPECS, bom, invalid, purl, render
 from .facts import Provenance
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from ...cookbook.catalog import Catalog
 from ...errors import EnvironmentProblem, FixpackError, UsageError
 from ...extras import install_line
+from ...installation.destination import Where
 from ...runtime.index import read_regular
-from ...site.destination import Where
 from ..install.outputs import write_named
 from .facts import applied
 

@@ -20,8 +20,8 @@ from ....cookbook.catalog import Catalog
 from ....cookbook.fix_module import backport_skeleton, load_fix
 from ....core import patch, rebuild
 from ....errors import Refused, UsageError
+from ....installation.files import write_output
 from ....models import Profile
-from ....site.files import write_output
 from ..history import Repo
 from . import lock
 from .record import Recorded, fingerprint_at_end, new_fix_dir

@@ -19,8 +19,8 @@ from ....core.fingerprint import of
 from ....core.plan import applied_orders, chains, orders_of
 from ....core.rebuild import build, compile_error, failed
 from ....errors import Refused, UsageError
+from ....installation.files import write_changed
 from ....models import Change, Fingerprint, Profile
-from ....site.files import write_changed
 
 __all__ = ["read_source", "fingerprints", "write", "render_cst", "lockable", "lock"]
 

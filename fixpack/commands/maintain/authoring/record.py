@@ -27,12 +27,12 @@ from ....core import patch, rebuild, recognise
 from ....core.fingerprint import of, sha256
 from ....core.plan import pack_chain
 from ....errors import Refused, UsageError
+from ....installation.distributions import Distribution, Environment
+from ....installation.files import write_output
+from ....installation.inplace import InPlace
+from ....installation.manifest import Manifest
+from ....installation.state import pristine_copy
 from ....models import Change, FileEntry, FileState, Fingerprint, Profile
-from ....site.distributions import Distribution, Environment
-from ....site.files import write_output
-from ....site.inplace import InPlace
-from ....site.manifest import Manifest
-from ....site.state import pristine_copy
 from ...install.pipeline import open_state
 from .. import history
 from . import lock

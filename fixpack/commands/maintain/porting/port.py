@@ -38,9 +38,9 @@ from ....core import patch, rebuild
 from ....core.fingerprint import of
 from ....core.plan import orders_of
 from ....errors import UsageError
+from ....installation.commits import from_version_py
+from ....installation.files import write_output
 from ....models import Change, Fingerprint, Fix, Profile, ProofOutcome
-from ....site.commits import from_version_py
-from ....site.files import write_output
 from ....transforms import load_transforms  # the authors' API; libcst itself loads only when an edit runs
 from .. import history
 from ..authoring import lock

@@ -210,7 +210,7 @@ class Overlay:
         self.preflight()
         self._swap(None, CrashCounter())
 
-    # -- what the install commands ask of a destination (fixpack.site.destination) ----------------
+    # -- what the install commands ask of a destination (fixpack.installation.destination) ----------------
 
     def read(self) -> Held:
         """The manifest; each patched file's copy, as the index lists it and as it is now, and the

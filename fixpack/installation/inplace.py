@@ -2,7 +2,7 @@
 put them, with their bytecode; fixpack's state (manifest, pristine copies, journal) lives beside
 the dist-info; each distribution's RECORD is kept true to what is installed; the runtime check is a
 distribution of its own beside the others. Every write goes through one journalled transaction
-(``fixpack.site.transaction``)."""
+(``fixpack.installation.transaction``)."""
 
 from __future__ import annotations
 
@@ -205,7 +205,8 @@ def records_after(
         if record != current:
             writes.append(Write(d.dist_info / "RECORD", record))
         if keep != read_file(pristine_copy(state_dir, _kept_as(d))):
-            # a copy, never a link to pip's file: it is believed as it is (fixpack.site.state), so it is fixpack's own
+            # a copy, never a link to pip's file: it is believed as it is (installation/state.py), so it is
+            # fixpack's own
             writes.append(Write(pristine_copy(state_dir, _kept_as(d)), keep))
     return writes, digests
 

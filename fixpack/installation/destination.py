@@ -3,9 +3,9 @@ recognises the files, rebuilds them, judges what is applied and whether it still
 destination only reads what it holds and places the decided files: it turns the rebuilt files into
 its own write set, which it checks and commits all or nothing.
 
-Two implement it: ``fixpack.site.inplace.InPlace``, the installed site itself (with pristine
+Two implement it: ``fixpack.installation.inplace.InPlace``, the installed site itself (with pristine
 copies, RECORD kept true and the runtime check beside the dist-info), and
-``fixpack.site.overlay.Overlay``, a folder a process puts first on ``PYTHONPATH`` (patched copies
+``fixpack.installation.overlay.Overlay``, a folder a process puts first on ``PYTHONPATH`` (patched copies
 of the modules, the import hook, the runtime check inside it). The install commands
 (``fixpack.commands.install``) are written once, over this protocol.
 
@@ -14,7 +14,7 @@ A command never asks which one it has. The command line chooses once (``Where``:
 each patched file (``Held.shadows``: in place, the installed file itself; in an overlay, its copy
 over the installed file), what the installed files are recognised against, the folder a process
 puts on ``PYTHONPATH`` to run the fixes (none in place), its mode word and its own files. The
-standard-library side (``fixpack.site.warm``, ``fixpack.runtime``) reads the same from its own
+standard-library side (``fixpack.installation.warm``, ``fixpack.runtime``) reads the same from its own
 records: the warm stamp's ``exec_overlay`` and the runtime index's ``mode`` and entries; a new
 destination writes those records as these two do.
 

@@ -40,7 +40,7 @@ holds its ``seal``), and the command run must be the one this command line gives
 
 Standard library only, imported before anything else: this module is the start-up cost. So it
 is the warm stamp's one reader and writer, and it reads the manifest itself (``json.loads``, the
-stamp and the seal, a stamp of another ``format`` ignored) rather than through ``site/manifest.py``,
+stamp and the seal, a stamp of another ``format`` ignored) rather than through ``installation/manifest.py``,
 whose imports (the models, the fix-set identity) took 12.8 ms here, twice this module's 6.4 ms.
 """
 
