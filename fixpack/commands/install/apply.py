@@ -1,7 +1,9 @@
 """``fixpack apply``: a profile's fixes and the opt-ins asked for, applied all or nothing.
 
-The steps, the same for every destination (the installed site, or an overlay folder):
-recover -> plan -> recognise -> rebuild (build + compile) -> write set -> destination.commit. Every
+The steps (``pipeline``), the same for every destination (the installed site, an overlay folder):
+the guards (the pinned builds found, the destination to build, held under its lock), the plan, the
+judging (unchanged: nothing to do), the building (recognise, refuse drift, rebuild and compile),
+the placing, and the recording (the manifest last, in one commit). Every
 new file content is built and compiled in memory before the first write: a module that does not
 compile refuses the plan, and the bytecode of each patched module is written in the same commit as
 its source, with the runtime check (``fixpack.installation.plugin``). With a recipe's ``gate``
@@ -22,25 +24,19 @@ from ...installation.destination import Where
 from ...installation.inplace import InPlaceAt
 from ...installation.manifest import Manifest
 from ...installation.warm import exec_command
-from ...models import Action, Plan
+from ...models import Action, Plan, Profile
 from .expect import as_expected, expectation, refuse_unexpected
 from .pins import check_commits, installed, refuse_beside
 from .pipeline import (
     already_applied,
-    as_run,
-    holds,
-    holds_plan,
+    decide,
+    holding,
     manifest_last,
     nothing_changed,
-    open_state,
-    opened,
     pulled_in_notes,
-    rebuild_files,
-    recognise_files,
-    refuse_drift,
-    refuse_over_in_place,
     refused_results,
-    still_applied,
+    to_build,
+    unchanged,
     usage_notes,
 )
 from .results import FixResult, Result
@@ -87,57 +83,33 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
     refuse_beside(catalog, profile, env)
     commit_notes = check_commits(profile, dists, request.allow_unpinned)
     result.notes += commit_notes
-    target = opened(request.where, env)
-    refuse_over_in_place(target, env)
-    with target.locked(create=not request.dry_run):
-        held = open_state(target, catalog, result.notes)
+    target = to_build(request.where, env)
+    with holding(target, catalog, result.notes, create=not request.dry_run) as held:
         manifest = held.manifest
-        if manifest.profile not in (None, profile.name):
-            raise Refused(
-                f"profile {manifest.profile} (release {manifest.release}, {len(manifest.fixes)} fixes) is applied "
-                f"{target.where}: revert it first (fixpack revert), then apply profile {profile.name}"
-            )
-        dropped = [f for f in manifest.fixes if f not in profile.pack]
-        if dropped:
-            it = "it" if len(dropped) == 1 else "them"
-            raise Refused(
-                f"{', '.join(dropped)} {'is' if it == 'it' else 'are'} applied {target.where}, and profile "
-                f"{profile.name}'s pack no longer has {it}: fixpack revert {' '.join(dropped)} takes {it} back, "
-                "then apply",
-                fix_id=dropped[0],
-            )
+        _refuse_another_pack(manifest, profile, target.where)
         plan = resolve(catalog.fixes, profile, request.opt_ins, keep=manifest.fixes)
-        result.notes += pulled_in_notes(plan)
-        result.notes += [
-            f"{name} is one of profile {profile.name}'s default fixes, applied whether named or not: "
-            f"name only its opt-ins ({', '.join(profile.opt_ins) or 'it has none'})"
-            for name in request.opt_ins
-            if name in profile.default_fixes
-        ]
+        result.notes += pulled_in_notes(plan) + _default_fixes_named(profile, request.opt_ins)
         gate = request.gate
         if gate is not None:
             result.notes += gate.judge(plan)
         recipe, rules = gate.kept() if gate is not None else (None, ())
-        if holds_plan(manifest, plan, profile, (recipe, rules)) and holds(held):
+        if unchanged(held, plan, profile, (recipe, rules)):
             result.fixes = already_applied(plan)
             result.notes += usage_notes(target, manifest)
             return as_expected(result, plan, expected, manifest.fix_set)
-        recorded = held.installed
-        paths = list(dict.fromkeys([*plan.paths(), *recorded.files]))
-        files = recognise_files(catalog.fixes, profile, dists, recorded, paths, target.state_dir)
+        paths = list(dict.fromkeys([*plan.paths(), *held.installed.files]))
         try:
-            refuse_drift(files, plan, recorded.files)
-            rebuilt = rebuild_files(plan, files, plan.fix_ids)
-            running = as_run(files, held)
+            decided = decide(catalog, profile, plan, dists, held, target, paths, plan.fix_ids)
+            rebuilt = decided.rebuilt
             for fix in plan.fixes:
-                done = all(still_applied(c, running, held) for c in fix.changes[profile.release])
+                done = fix.id in decided.there
                 action = Action.ALREADY_APPLIED if done else (Action.WOULD_APPLY if request.dry_run else Action.APPLIED)
                 pulled_in_by = plan.pulled_in.get(fix.id)
                 result.fixes.append(FixResult(fix.id, action, None, rebuilt.counts.get(fix.id, []), pulled_in_by))
             new = Manifest(profile.name, profile.release, plan.fix_ids, rebuilt.entries, recipe=recipe, rules=rules)
             refuse_unexpected(expected, new.fix_set, manifest.fix_set)
             result.notes += usage_notes(target, new)
-            placement = target.place(files, rebuilt, new, manifest, dists)
+            placement = target.place(decided.files, rebuilt, new, manifest, dists)
             warm = None
             if request.invocation is not None and not request.dry_run and placement.writes and not new.empty:
                 # how the all-applied state this apply leaves is recognised next time
@@ -157,3 +129,30 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
             result.fixes = refused_results(plan, refused)
             return result
     return result
+
+
+def _refuse_another_pack(manifest: Manifest, profile: Profile, where: str) -> None:
+    """Refuse to apply over another profile's fixes, or over a fix the profile's pack no longer has."""
+    if manifest.profile not in (None, profile.name):
+        raise Refused(
+            f"profile {manifest.profile} (release {manifest.release}, {len(manifest.fixes)} fixes) is applied "
+            f"{where}: revert it first (fixpack revert), then apply profile {profile.name}"
+        )
+    dropped = [f for f in manifest.fixes if f not in profile.pack]
+    if dropped:
+        it = "it" if len(dropped) == 1 else "them"
+        raise Refused(
+            f"{', '.join(dropped)} {'is' if it == 'it' else 'are'} applied {where}, and profile "
+            f"{profile.name}'s pack no longer has {it}: fixpack revert {' '.join(dropped)} takes {it} back, "
+            "then apply",
+            fix_id=dropped[0],
+        )
+
+
+def _default_fixes_named(profile: Profile, opt_ins: tuple[str, ...]) -> list[str]:
+    return [
+        f"{name} is one of profile {profile.name}'s default fixes, applied whether named or not: "
+        f"name only its opt-ins ({', '.join(profile.opt_ins) or 'it has none'})"
+        for name in opt_ins
+        if name in profile.default_fixes
+    ]

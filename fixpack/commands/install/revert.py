@@ -13,15 +13,7 @@ from ...installation.distributions import Environment
 from ...installation.manifest import Manifest
 from ...models import Action, Profile
 from .pins import all_pins, dist_of, gone_notes, remaining
-from .pipeline import (
-    manifest_last,
-    nothing_changed,
-    open_state,
-    rebuild_files,
-    recognise_files,
-    refuse_drift,
-    usage_notes,
-)
+from .pipeline import decide, holding, manifest_last, nothing_changed, usage_notes
 from .results import FixResult, Result
 
 __all__ = ["revert"]
@@ -35,8 +27,7 @@ def revert(catalog: Catalog, names: tuple[str, ...], where: Where, dry_run: bool
     if target is None:
         result.notes.append("nothing is applied here")
         return result
-    with target.locked():
-        held = open_state(target, catalog, result.notes, foreign_ok=True)
+    with holding(target, catalog, result.notes, foreign_ok=True) as held:
         manifest = held.manifest
         if manifest.empty:
             result.notes.append(f"nothing is applied {target.where}")
@@ -50,13 +41,12 @@ def revert(catalog: Catalog, names: tuple[str, ...], where: Where, dry_run: bool
                 )
         removing = with_dependents(catalog.fixes, set(names or manifest.fixes), manifest.fixes)
         keep = tuple(f for f in manifest.fixes if f not in removing)
-        recorded = held.installed
         plan = resolve(catalog.fixes, profile, (), keep=tuple(f for f in manifest.fixes if f in profile.pack))
         # The files to rebuild: every file the fixes patched where they patch in place (each goes
         # back to its release bytes or to what the kept fixes make of it); in an overlay, only the
         # files a kept fix changes (the rest of the overlay goes, whatever the image holds now).
         paths = [p for p in plan.paths() if any(pc.change.fix_id in keep for pc in plan.changes_for(p))]
-        paths = list(dict.fromkeys([*recorded.files, *paths]))
+        paths = list(dict.fromkeys([*held.installed.files, *paths]))
         # a pinned distribution removed since (pip uninstall) took its patched files with it: there
         # is nothing of them to take back, and the rest is reverted as usual
         _, dists, gone = remaining(profile, site)
@@ -64,11 +54,9 @@ def revert(catalog: Catalog, names: tuple[str, ...], where: Where, dry_run: bool
         paths = [p for p in paths if p not in went]
         try:
             refuse_keeping(catalog, profile, keep, went, gone)
-            files = recognise_files(catalog.fixes, profile, dists, recorded, paths, target.state_dir)
-            refuse_drift(files, plan, recorded.files)
-            rebuilt = rebuild_files(plan, files, keep)
-            new = Manifest(profile.name, profile.release, keep, rebuilt.entries) if keep else Manifest()
-            writes = manifest_last(target.place(files, rebuilt, new, manifest, dists), manifest)
+            decided = decide(catalog, profile, plan, dists, held, target, paths, keep)
+            new = Manifest(profile.name, profile.release, keep, decided.rebuilt.entries) if keep else Manifest()
+            writes = manifest_last(target.place(decided.files, decided.rebuilt, new, manifest, dists), manifest)
         except Refused as refused:
             result.error = nothing_changed(refused)
             return result

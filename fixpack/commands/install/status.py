@@ -10,7 +10,7 @@ from ...installation.distributions import Environment
 from ...models import FileState, Profile
 from ...runtime import check, fixset
 from .pins import all_pins, dist_of, fitting, gone_notes, installed, remaining
-from .pipeline import as_run, fix_state, open_state, recognise_files, rows, usage_notes
+from .pipeline import as_run, fix_state, holding, recognise_files, rows, usage_notes
 from .results import StatusResult
 
 __all__ = ["status", "site_profile"]
@@ -39,9 +39,8 @@ def status(catalog: Catalog, profile_name: str | None, where: Where) -> StatusRe
             "site-packages folder of the Python that runs vLLM"
         )
     notes: list[str] = []
-    with target.locked():
-        held = open_state(target, catalog, notes)
-    manifest = held.manifest
+    with holding(target, catalog, notes) as held:
+        manifest = held.manifest
     name = profile_name or manifest.profile
     if name is None:
         return StatusResult(None, list(env.found.values()), [], usage_notes(target, manifest) + notes, manifest)
