@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from builders import BATCH, RUNNER, SAMPLER, Cookbook, Site
 
 
@@ -18,6 +20,23 @@ def three_fixes(cookbook: Cookbook) -> None:
     )
     cookbook.profile(["one", "two", "three"])
     cookbook.lock()
+
+
+def cst_only(cookbook: Cookbook) -> Path:
+    """``cst-only``, whose one change is a libcst transform (runner.py's ``f7`` returns 777), not yet
+    locked, alone in profile v0.26.0; its folder."""
+    d = cookbook.root / "fixes" / "cst-only"
+    d.mkdir(parents=True)
+    (d / "fix.toml").write_text(
+        'id = "cst-only"\ntitle = "t"\nwhy = "w"\n[upstream]\nstatus = "pending"\n[proof]\nlevel = "none"\n'
+        'reason = "test"\n[release."v0.26.0"]\ntransforms = "v0.26.0_cst.py"\n'
+    )
+    (d / "v0.26.0_cst.py").write_text(
+        "from fixpack.transforms import Transform, replace_body\n"
+        "TRANSFORMS = [Transform('vllm_gaudi/runner.py', [replace_body('f7', 'return 777')])]\n"
+    )
+    cookbook.profile(["cst-only"])
+    return d
 
 
 def targets(site: Site) -> dict[str, bytes | None]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from builders import REPO
-from cookbooks import three_fixes
+from cookbooks import cst_only, three_fixes
 from runs import one_line_error
 from shipped_recipe import SLUG, with_recipe
 
@@ -82,17 +82,7 @@ def test_accept_extra_alone_reaches_for_the_server(tmp_path, cookbook, bare):
 
 
 def test_authoring_extra_alone_locks_a_transform(tmp_path, cookbook, bare):
-    fix = cookbook.root / "fixes" / "cst-only"
-    fix.mkdir(parents=True)
-    (fix / "fix.toml").write_text(
-        'id = "cst-only"\ntitle = "t"\nwhy = "w"\n[upstream]\nstatus = "pending"\n[proof]\nlevel = "none"\n'
-        'reason = "test"\n[release."v0.26.0"]\ntransforms = "v0.26.0_cst.py"\n'
-    )
-    (fix / "v0.26.0_cst.py").write_text(
-        "from fixpack.transforms import Transform, replace_body\n"
-        "TRANSFORMS = [Transform('vllm_gaudi/runner.py', [replace_body('f7', 'return 777')])]\n"
-    )
-    cookbook.profile(["cst-only"])
+    fix = cst_only(cookbook)
     args = ("lock", "--profile", "v0.26.0", *(a for d, r in cookbook.sources.items() for a in ("--source", f"{d}={r}")))
     without = _run(bare, *args, root=cookbook.root)
     assert without.returncode == 3 and f"-m pip install -e '{REPO}[authoring]'" in one_line_error(without.stderr)

@@ -1,11 +1,11 @@
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 from builders import PRISTINE, REPO, RUNNER
 from click.testing import CliRunner
+from cookbooks import cst_only
 
 from fixpack.cli import main
 
@@ -13,27 +13,7 @@ BATCH = PRISTINE["vllm-gaudi"]["vllm_gaudi/batch.py"]
 
 
 def test_lock_renders_cst_then_apply(cookbook, site):
-    d = cookbook.root / "fixes" / "cst-only"
-    d.mkdir(parents=True)
-    (d / "fix.toml").write_text(
-        textwrap.dedent("""\
-        id = "cst-only"
-        title = "t"
-        why = "w"
-        [upstream]
-        status = "pending"
-        [proof]
-        level = "none"
-        reason = "test"
-        [release."v0.26.0"]
-        transforms = "v0.26.0_cst.py"
-        """)
-    )
-    (d / "v0.26.0_cst.py").write_text(
-        "from fixpack.transforms import Transform, replace_body\n"
-        "TRANSFORMS = [Transform('vllm_gaudi/runner.py', [replace_body('f7', 'return 777')])]\n"
-    )
-    cookbook.profile(["cst-only"])
+    d = cst_only(cookbook)
     args = [a for dist, root in cookbook.sources.items() for a in ("--source", f"{dist}={root}")]
     r = CliRunner().invoke(main, ["lock", "--profile", "v0.26.0", *args], catch_exceptions=False)
     assert r.exit_code == 0, r.output
@@ -99,17 +79,7 @@ def test_a_file_both_a_transform_and_a_diff_is_refused(cookbook):
 def test_without_libcst_a_transform_s_lock_is_one_line_naming_the_authoring_extra(cookbook):
     """Issue 57's sibling: a module of an extra missing where a command first imports it was a
     traceback; it is the extra's install line, exit 3."""
-    d = cookbook.root / "fixes" / "cst-only"
-    d.mkdir(parents=True)
-    (d / "fix.toml").write_text(
-        'id = "cst-only"\ntitle = "t"\nwhy = "w"\n[upstream]\nstatus = "pending"\n[proof]\nlevel = "none"\n'
-        'reason = "test"\n[release."v0.26.0"]\ntransforms = "v0.26.0_cst.py"\n'
-    )
-    (d / "v0.26.0_cst.py").write_text(
-        "from fixpack.transforms import Transform, replace_body\n"
-        "TRANSFORMS = [Transform('vllm_gaudi/runner.py', [replace_body('f7', 'return 777')])]\n"
-    )
-    cookbook.profile(["cst-only"])
+    d = cst_only(cookbook)
     args = [a for dist, root in cookbook.sources.items() for a in ("--source", f"{dist}={root}")]
     blocked = "import sys; sys.modules['libcst'] = None; from fixpack.cli import main; sys.argv[0] = 'fixpack'; main()"
     r = subprocess.run(
