@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "serve"))
 
-from tier import Tally  # noqa: E402
+from tier import Served, Tally, time_sheet  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 ONE_SERVE_TEST = "tests/serve/test_accept.py::test_twenty_logprobs_on_a_server_that_allows_five"
@@ -116,3 +116,22 @@ def test_the_tally_counts_what_ran() -> None:
     whole.note(Made("a", "call", "passed"))
     assert whole.not_run() == []
     assert whole.summary(asked=True) == "serve tier: 1 of 1 ran (1 passed, 0 failed), 0 skipped"
+
+
+def test_the_time_sheet_says_where_each_test_s_server_time_went():
+    servers = [
+        Served("tests/serve/a.py::test_two", 40.0, 55.0, 2.0),  # ready at 40 s, stopped at 55 s
+        Served("tests/serve/a.py::test_two", 30.0, 31.0, 1.0),
+        Served("tests/serve/b.py::test_one", 20.0, 80.0, 5.0),
+        Served("tests/serve/b.py::test_dies", None, 12.0, 0.5),  # never ready: all of it starting
+    ]
+    head, *rows = time_sheet(servers)
+    assert head == "serve tier time: 4 servers in 3 tests: 102 s starting, 76 s in use once ready, 8 s stopping"
+    assert [r.split()[0] for r in rows] == [
+        "tests/serve/a.py::test_two",
+        "tests/serve/b.py::test_one",
+        "tests/serve/b.py::test_dies",
+    ]  # fmt: skip (89 s, 85 s, 12.5 s)
+    assert rows[0].split("tests/serve/a.py::test_two")[1].split() == [
+        "2", "server(s):", "70.0", "s", "starting,", "16.0", "s", "in", "use,", "3.0", "s", "stopping",
+    ]  # fmt: skip

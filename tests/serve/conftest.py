@@ -21,7 +21,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from build_env import ServeEnv  # noqa: E402
-from tier import Tally  # noqa: E402
+from server import STARTED  # noqa: E402
+from tier import Served, Tally, time_sheet  # noqa: E402
 
 MODEL_TIMEOUT = 300
 ASKED = "FIXPACK_SERVE_ENV"  # set: the tier must run (.ci/run sets it)
@@ -49,6 +50,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if TALLY.collected:
         terminalreporter.write_line(TALLY.summary(bool(os.environ.get(ASKED))))
+        served = [Served(s.test, s.ready_s, s.up_s, s.stop_s) for s in STARTED if s.test in TALLY.collected]
+        if served:  # where the tier's time went (issue 58): each test's servers
+            for line in time_sheet(served):
+                terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -41,6 +41,10 @@ class ServerError(AssertionError):
     """A server that did not start, died, or did not answer (with its log's tail)."""
 
 
+# Every server this process started, in order: the serve tier's time sheet (tier.time_sheet) reads them.
+STARTED: list[Server] = []
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -65,6 +69,9 @@ class Server:
         self.proc: subprocess.Popen | None = None
         self.ready_s: float | None = None  # seconds from start to the first 200 from /health
         self.exited_s: float | None = None  # seconds from start until no process of its group was left
+        self.test = ""  # the test that started it (pytest's PYTEST_CURRENT_TEST, its node id)
+        self.up_s: float | None = None  # seconds from start until the first stop() began
+        self.stop_s: float | None = None  # seconds that first stop() took
 
     @property
     def pid(self) -> int:
@@ -88,6 +95,8 @@ class Server:
                 start_new_session=True,
             )
         self._started = time.monotonic()
+        self.test = os.environ.get("PYTEST_CURRENT_TEST", "").rpartition(" (")[0]
+        STARTED.append(self)
         return self
 
     def wait_ready(self) -> float:
@@ -171,6 +180,9 @@ class Server:
         """End the process group: SIGTERM, then SIGKILL after STOP_TIMEOUT s; reap the leader."""
         if self.proc is None:
             return
+        began = time.monotonic()
+        if self.up_s is None:
+            self.up_s = began - self._started
         pgid = self.proc.pid
         try:
             os.killpg(pgid, signal.SIGTERM)
@@ -191,6 +203,8 @@ class Server:
             except ProcessLookupError:
                 pass
         self.proc.wait(timeout=STOP_TIMEOUT)
+        if self.stop_s is None:
+            self.stop_s = time.monotonic() - began
 
     def text(self) -> str:
         try:

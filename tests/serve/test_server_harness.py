@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from server import PORT, Server, ServerError, logs_on_failure, wait_exits
+from server import PORT, STARTED, Server, ServerError, logs_on_failure, wait_exits
 
 # Starts a child that sleeps, then serves /health (200) after DELAY seconds; prints the child's pid.
 STAND_IN = """
@@ -58,6 +58,9 @@ def test_ready_on_health_and_stopped_with_its_children(tmp_path: Path) -> None:
         child = _child(server)
         assert {server.pid, child} <= server.descendants()
     assert not _alive(server.pid) and not _alive(child)
+    # the time sheet's figures: its test, up until the stop began, the stop
+    assert server in STARTED and server.test.endswith("::test_ready_on_health_and_stopped_with_its_children")
+    assert server.up_s is not None and server.up_s >= server.ready_s and server.stop_s is not None
 
 
 def test_it_serves_on_a_port_it_picks_itself(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""What became of the serve tier's tests in one run: how many ran, and which did not and why.
+"""What became of the serve tier's tests in one run: how many ran, which did not and why, and
+where their time went (``time_sheet``: each test's servers, from start to ready, up, and stopping).
 
 The serve conftest feeds it every report of a serve test and asks it, at the end, for the run's
 summary line and whether any test did not run. Apart from pytest's own hooks so that the verdict can
@@ -61,3 +62,41 @@ class Tally:
         if not asked:
             return f"{line}: not asked for ({why})"
         return f"{line}: FAILED, the tier was asked for (FIXPACK_SERVE_ENV) and {len(missing)} did not run: {why}"
+
+
+@dataclass(frozen=True)
+class Served:
+    """One server a test started: seconds from start to ready (None: never ready), from start to
+    the stop (None: never stopped), and the stop itself."""
+
+    test: str
+    ready_s: float | None
+    up_s: float | None
+    stop_s: float | None
+
+
+def time_sheet(servers: list[Served], width: int = 60) -> list[str]:
+    """Where the tier's server time went: a line per test (its servers, the seconds they took to be
+    ready, to be used once ready, and to stop), the slowest first, then the totals."""
+    by_test: dict[str, list[Served]] = {}
+    for s in servers:
+        by_test.setdefault(s.test or "(outside a test)", []).append(s)
+
+    def sums(group: list[Served]) -> tuple[float, float, float]:
+        ready = sum(s.ready_s or s.up_s or 0.0 for s in group)
+        used = sum(max((s.up_s or 0.0) - (s.ready_s or s.up_s or 0.0), 0.0) for s in group)
+        return ready, used, sum(s.stop_s or 0.0 for s in group)
+
+    rows = sorted(by_test.items(), key=lambda kv: -sum(sums(kv[1])))
+    ready, used, stop = sums(servers)
+    lines = [
+        f"serve tier time: {len(servers)} servers in {len(by_test)} tests: {ready:.0f} s starting, "
+        f"{used:.0f} s in use once ready, {stop:.0f} s stopping"
+    ]
+    for test, group in rows:
+        r, u, st = sums(group)
+        name = test if len(test) <= width else "..." + test[-(width - 3) :]
+        lines.append(
+            f"  {name:<{width}} {len(group)} server(s): {r:6.1f} s starting, {u:6.1f} s in use, {st:5.1f} s stopping"
+        )
+    return lines
