@@ -131,7 +131,7 @@ def test_the_time_sheet_says_where_each_test_s_server_time_went():
         "tests/serve/a.py::test_two",
         "tests/serve/b.py::test_one",
         "tests/serve/b.py::test_dies",
-    ]  # fmt: skip (89 s, 85 s, 12.5 s)
+    ]  # 89 s, 85 s, 12.5 s in all
     assert rows[0].split("tests/serve/a.py::test_two")[1].split() == [
         "2", "server(s):", "70.0", "s", "starting,", "16.0", "s", "in", "use,", "3.0", "s", "stopping",
     ]  # fmt: skip
