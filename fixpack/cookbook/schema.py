@@ -259,7 +259,7 @@ def build(model: type[Model], table: Table, data: Mapping[str, Any], **read: Any
     """``model`` (a dataclass) from ``data``, what :func:`check` returned for ``table``: each
     attribute a key fills from its value (a list as a tuple), except those the loader ``read`` in its
     own way (checked further, or made of several keys), which it gives here. An attribute of the
-    table's that the model lacks, or one given twice, is a TypeError: the table and the model are one
+    table's that the model lacks is a TypeError naming the key: the table and the model are one
     declaration, and ``tests/test_schema_tables.py`` holds every model to its table."""
     names = {f.name for f in dataclasses.fields(model)}  # type: ignore[arg-type]
     values: dict[str, Any] = {}

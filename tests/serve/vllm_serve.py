@@ -36,19 +36,28 @@ AGREE_LINE = re.compile(
 )
 
 
+# What a documented log line leaves open: "..." any text, a pid or rank given as N, R or P, a time,
+# and the page's overlay folder (the test's own is put in its place)
+_OPEN = re.compile(r"(\.\.\.|(?:pid|rank) [NRP]\b|in [\d.]+ ms|/tmp/fixpack-overlay)")
+
+
 def documented_lines(page: Path, overlay: Path) -> list[re.Pattern[str]]:
-    """The fixpack log lines a docs page shows (its ``text`` blocks that start "fixpack: "), each a
-    pattern a real server's line matches: "..." any text, N/R/P a pid or rank, a time any time, the
-    page's overlay ``/tmp/fixpack-overlay`` the test's ``overlay``; all else as shown."""
-    shown = [b for b in re.findall(r"```text\n(.*?)\n```", page.read_text(encoding="utf-8"), re.S)]
-    patterns = []
-    for line in (b for b in shown if b.startswith("fixpack: ") and "\n" not in b):
-        pattern = re.escape(line).replace(re.escape("/tmp/fixpack-overlay"), re.escape(str(overlay)))
-        pattern = pattern.replace(re.escape("..."), ".*")
-        pattern = re.sub(r"(pid|rank)\\ [NRP]\b", r"\1\\ \\d+", pattern)
-        pattern = re.sub(r"in\\ [\d\\.]+\\ ms", r"in\\ [\\d.]+\\ ms", pattern)
-        patterns.append(re.compile(pattern))
-    return patterns
+    """The fixpack log lines a docs page shows (its ``text`` blocks that are one line starting
+    "fixpack: "), each a pattern a real server's line matches: what the line leaves open (``_OPEN``)
+    read as such, all else as shown."""
+
+    def part(piece: str) -> str:
+        if piece == "...":
+            return ".*"
+        if piece == "/tmp/fixpack-overlay":
+            return re.escape(str(overlay))
+        if _OPEN.fullmatch(piece):
+            return re.escape(piece.split()[0]) + (r" [\d.]+ ms" if piece.startswith("in ") else r" \d+")
+        return re.escape(piece)
+
+    shown = re.findall(r"```text\n(.*?)\n```", page.read_text(encoding="utf-8"), re.S)
+    lines = [b for b in shown if b.startswith("fixpack: ") and "\n" not in b]
+    return [re.compile("".join(part(piece) for piece in _OPEN.split(line))) for line in lines]
 
 
 ROLE = re.compile(r"^\((?P<role>APIServer|EngineCore\w*|Worker\w*) pid=(?P<pid>\d+)\)", re.MULTILINE)

@@ -29,6 +29,7 @@ from .expect import as_expected, expectation, refuse_unexpected
 from .pins import check_commits, installed, refuse_beside
 from .pipeline import (
     already_applied,
+    already_there,
     decide,
     holding,
     manifest_last,
@@ -100,9 +101,9 @@ def apply(catalog: Catalog, request: ApplyRequest) -> Result:
         paths = list(dict.fromkeys([*plan.paths(), *held.installed.files]))
         try:
             decided = decide(catalog, profile, plan, dists, held, target, paths, plan.fix_ids)
-            rebuilt = decided.rebuilt
+            rebuilt, there = decided.rebuilt, already_there(plan, profile, decided, held)
             for fix in plan.fixes:
-                done = fix.id in decided.there
+                done = fix.id in there
                 action = Action.ALREADY_APPLIED if done else (Action.WOULD_APPLY if request.dry_run else Action.APPLIED)
                 pulled_in_by = plan.pulled_in.get(fix.id)
                 result.fixes.append(FixResult(fix.id, action, None, rebuilt.counts.get(fix.id, []), pulled_in_by))

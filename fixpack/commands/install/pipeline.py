@@ -51,6 +51,7 @@ __all__ = [
     "fix_state",
     "Decided",
     "decide",
+    "already_there",
     "recognise_files",
     "refuse_drift",
     "rebuild_files",
@@ -196,12 +197,10 @@ def fix_state(fix: Fix, release: str, files: Mapping[str, InstalledFile]) -> Fil
 
 @dataclass(frozen=True)
 class Decided:
-    """What the building step made of the files: each as installed, recognised; their new contents;
-    and the plan's fixes already in what a process runs, with the same patches."""
+    """What the building step made of the files: each as installed, recognised; their new contents."""
 
     files: dict[str, InstalledFile]
     rebuilt: Rebuilt
-    there: frozenset[str]
 
 
 def decide(
@@ -215,18 +214,18 @@ def decide(
     fix_ids: tuple[str, ...],
 ) -> Decided:
     """Each of ``paths`` recognised against what the installed files hold, drift refused (naming the
-    first file), the new contents built for ``fix_ids`` and compiled, and which of the plan's fixes
-    are there already."""
+    first file), and the new contents built for ``fix_ids`` and compiled."""
     files = recognise_files(catalog.fixes, profile, dists, held.installed, paths, target.state_dir)
     refuse_drift(files, plan, held.installed.files)
-    rebuilt = rebuild_files(plan, files, fix_ids)
-    running = as_run(files, held)
-    there = [
-        f.id
-        for f in plan.fixes
-        if all(c.path in running and still_applied(c, running, held) for c in f.changes[profile.release])
-    ]
-    return Decided(files, rebuilt, frozenset(there))
+    return Decided(files, rebuild_files(plan, files, fix_ids))
+
+
+def already_there(plan: Plan, profile: Profile, decided: Decided, held: Held) -> frozenset[str]:
+    """The plan's fixes already in what a process runs, with the same patches."""
+    running = as_run(decided.files, held)
+    return frozenset(
+        f.id for f in plan.fixes if all(still_applied(c, running, held) for c in f.changes[profile.release])
+    )
 
 
 def recognise_files(
@@ -376,12 +375,12 @@ def usage_notes(target: Destination, manifest: Manifest, removed: bool = False, 
 def nothing_changed(refused: Refused) -> Refused:
     """The command's error for a refused plan: the fix first, and that nothing was written."""
     who = f"{refused.fix_id}: " if refused.fix_id else ""
-    way = f". {refused.way_out}" if refused.way_out else ""
     return Refused(
-        f"{who}{refused.message}; nothing was changed{way}",
+        f"{who}{refused.message}; nothing was changed",
         fix_id=refused.fix_id,
         path=refused.path,
         details=refused.details,
+        way_out=refused.way_out,  # said after it (FixpackError.said), as every error's
     )
 
 
